@@ -1,0 +1,40 @@
+"""kernelkit: write a GPU kernel, check it against a PyTorch reference, and see how fast it really is.
+
+The public API is small::
+
+    import kernelkit as kk
+
+    @kk.op(sizes=[(4096, 4096)], dtypes=[torch.float32])
+    def square(x):
+        return x * x
+
+    report = kk.check("my_kernels.py")     # or a built-in op name: kk.check("square")
+"""
+
+from kernelkit.backends.cuda import CudaKernel, cuda_kernel
+from kernelkit.errors import BackendUnavailable, CompileError, KernelkitError, LaunchError, LoadError, SpecError
+from kernelkit.results import CaseResult, Status
+from kernelkit.runner import RunReport, check, run_cases
+from kernelkit.spec import Case, Impl, Op, op
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "BackendUnavailable",
+    "Case",
+    "CaseResult",
+    "CompileError",
+    "CudaKernel",
+    "Impl",
+    "KernelkitError",
+    "LaunchError",
+    "LoadError",
+    "Op",
+    "RunReport",
+    "SpecError",
+    "Status",
+    "check",
+    "cuda_kernel",
+    "op",
+    "run_cases",
+]

@@ -1,0 +1,149 @@
+"""Check one case in the current process: run the impl on fresh inputs and judge it against the reference.
+
+The runner calls this inside a worker process; tests and debuggers may call it directly.
+"""
+
+from __future__ import annotations
+
+import time
+import traceback
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from kernelkit import backends, verify
+from kernelkit.errors import BackendUnavailable, CompileError
+from kernelkit.results import CaseResult, Status
+from kernelkit.spec import Case, Impl, Op, parse_dtype
+
+# The second input set (stale-output probe) uses a seed far from any the user is likely to pick.
+STALE_SEED_OFFSET = 7_919_000
+
+
+def check_case(case: Case, op: Op, device: str) -> CaseResult:
+    """Run ``case`` and return its result; every exception becomes a status, none escapes."""
+    impl = op.impls[case.impl]
+    result = CaseResult(
+        op=case.op, impl=case.impl, backend=impl.backend, size=case.size, dtype=case.dtype, seed=case.seed,
+        device=device, status=Status.SKIPPED,
+    )
+    start = time.perf_counter()
+    try:
+        backends.ensure_runnable(impl, parse_dtype(case.dtype), device)
+        _judge(result, op, impl, case, device)
+    except BackendUnavailable as exc:
+        result.status, result.message = Status.SKIPPED, str(exc)
+    except (CompileError, SyntaxError) as exc:
+        result.status, result.message = Status.COMPILE_ERROR, _describe_compile_error(exc)
+    except Exception as exc:  # noqa: BLE001 - every failure of user code becomes a status
+        if backends.is_compile_error(exc):
+            result.status, result.message = Status.COMPILE_ERROR, _describe_compile_error(exc)
+        else:
+            result.status, result.message = Status.RUNTIME_ERROR, describe_exception(exc)
+            if device == "cuda" and backends.cuda_context_lost():
+                result.status = Status.CRASHED
+                result.message = f"the CUDA context is lost (the worker is replaced): {result.message}"
+                result.details["context_lost"] = True
+    result.seconds = time.perf_counter() - start
+    return result
+
+
+def _judge(result: CaseResult, op: Op, impl: Impl, case: Case, device: str) -> None:
+    dtype = parse_dtype(case.dtype)
+    atol, rtol = op.tolerance_for(dtype)
+    inputs, refs, los = _reference(op, case.size, dtype, device, case.seed)
+    result.bytes, result.flops = op.cost(inputs, los)
+
+    snapshot = verify.clone_inputs(inputs)
+    outs = _call(impl, inputs, los, device)
+    verdict = _verdict(inputs, snapshot, outs, refs, los, atol, rtol)
+    if verdict.comparison is not None:
+        result.max_abs_err = verdict.comparison.max_abs_err
+        result.max_rel_err = verdict.comparison.max_rel_err
+    if verdict.status is not Status.PASSED:
+        result.status, result.message = verdict.status, verdict.message
+        return
+    del outs
+
+    # Stale or unwritten output: a second, different input must give that input's answer.
+    stale_seed = case.seed + STALE_SEED_OFFSET
+    inputs2, refs2, los2 = _reference(op, case.size, dtype, device, stale_seed)
+    snapshot2 = verify.clone_inputs(inputs2)
+    verdict2 = _verdict(inputs2, snapshot2, _call(impl, inputs2, los2, device), refs2, los2, atol, rtol)
+    if verdict2.status is not Status.PASSED:
+        result.status = verdict2.status
+        result.message = f"the output did not follow a second input (seed {stale_seed}): {verdict2.message}"
+        return
+
+    trivial = verify.weak_probes(inputs, refs, los, atol, rtol)
+    if trivial:
+        result.status = Status.WEAK
+        result.message = f"{' and '.join(trivial)} would also pass: the case cannot tell a broken impl from this one"
+        return
+    result.status = Status.PASSED
+
+
+def _reference(
+    op: Op, size: tuple[int, ...], dtype: torch.dtype, device: str, seed: int
+) -> tuple[tuple[Any, ...], tuple[torch.Tensor, ...], tuple[torch.Tensor, ...]]:
+    """Fresh inputs, the reference in float64 (fp32 where the device has no float64), and in the case dtype."""
+    inputs = tuple(op.make_inputs(size, dtype, torch.device(device), seed))
+    try:
+        refs = verify.as_outputs(op.reference(*[verify.to_reference_precision(x) for x in inputs]))
+    except (RuntimeError, TypeError):
+        refs = verify.as_outputs(op.reference(*[verify.to_reference_precision(x, torch.float32) for x in inputs]))
+    los = verify.as_outputs(op.reference(*verify.clone_inputs(inputs)))
+    return inputs, refs, los
+
+
+def _call(impl: Impl, inputs: Sequence[Any], expected: Sequence[torch.Tensor], device: str) -> tuple[Any, ...]:
+    _poison_free_memory(expected)
+    outs = verify.as_outputs(impl.fn(*inputs))
+    if device == "cuda":
+        torch.cuda.synchronize()  # surface asynchronous kernel errors inside this case
+    return outs
+
+
+def _poison_free_memory(expected: Sequence[torch.Tensor]) -> None:
+    """Leave NaNs in the allocator's free blocks of the outputs' sizes, so an unwritten output shows as NaN."""
+    for like in expected:
+        if isinstance(like, torch.Tensor) and like.is_floating_point() and like.numel():
+            torch.full_like(like, float("nan"))
+
+
+def _verdict(
+    inputs: Sequence[Any], snapshot: Sequence[Any], outs: Sequence[Any], refs: Sequence[torch.Tensor],
+    los: Sequence[torch.Tensor], atol: float, rtol: float,
+) -> verify.Verdict:
+    changed = verify.mutated_inputs(inputs, snapshot)
+    if changed:
+        which = ", ".join(f"argument {i}" for i in changed)
+        return verify.Verdict(Status.INPUT_MUTATED, f"the impl changed its input ({which}); write to a new tensor")
+    bad_structure = verify.check_structure(outs, los)
+    if bad_structure is not None:
+        return bad_structure
+    comparisons = verify.compare_outputs(outs, refs, los, atol, rtol)
+    worst = max(comparisons, key=lambda c: (not c.ok, c.max_abs_err))
+    for i, comp in enumerate(comparisons):
+        if not comp.ok:
+            where = f"output {i}: " if len(comparisons) > 1 else ""
+            return verify.Verdict(Status.INCORRECT_NUMERICS, where + comp.describe(), comp)
+    return verify.Verdict(Status.PASSED, "", worst)
+
+
+def describe_exception(exc: BaseException) -> str:
+    """'TypeError: ... (at my_kernels.py:12 in square_triton)': the message and the innermost user frame."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    user = [f for f in frames if "/kernelkit/" not in f.filename.replace("\\", "/") or "/ops/" in f.filename]
+    where = f" (at {user[-1].filename}:{user[-1].lineno} in {user[-1].name})" if user else ""
+    text = str(exc).strip().splitlines()
+    first = text[0] if text else ""
+    return f"{type(exc).__name__}: {first}{where}"
+
+
+def _describe_compile_error(exc: BaseException) -> str:
+    if isinstance(exc, SyntaxError) and exc.filename:
+        line = (exc.text or "").rstrip()
+        return f"SyntaxError: {exc.msg} ({exc.filename}:{exc.lineno})" + (f"\n    {line.strip()}" if line else "")
+    return f"{type(exc).__name__}: {exc}"

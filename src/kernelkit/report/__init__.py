@@ -1,0 +1,1 @@
+"""Views of results: terminal tables (and, later, plots and reports)."""

@@ -1,0 +1,76 @@
+"""Terminal views of check results: one table, then the details of what did not pass."""
+
+from __future__ import annotations
+
+import collections
+from collections.abc import Sequence
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from kernelkit.results import CaseResult, Status
+
+STYLES = {
+    Status.PASSED: "green",
+    Status.SKIPPED: "dim",
+    Status.WEAK: "yellow",
+}
+
+
+def status_text(status: Status) -> str:
+    return f"[{STYLES.get(status, 'bold red')}]{status.value}[/]"
+
+
+def results_table(results: Sequence[CaseResult], title: str = "") -> Table:
+    show_seed = len({r.seed for r in results}) > 1
+    table = Table(title=title or None, title_justify="left", show_lines=False)
+    for name in ("op", "impl", "backend", "size", "dtype", *(["seed"] if show_seed else []), "status", "max abs err",
+                 "time", "note"):
+        table.add_column(name, justify="right" if name in ("max abs err", "time") else "left",
+                         overflow="fold", max_width=60 if name == "note" else None)
+    for r in results:
+        err = "" if r.max_abs_err is None else f"{r.max_abs_err:.2e}"
+        note = "" if r.status is Status.PASSED else _first_line(r.message)
+        table.add_row(
+            r.op, r.impl, r.backend, "x".join(map(str, r.size)), r.dtype, *([str(r.seed)] if show_seed else []),
+            status_text(r.status), err, f"{r.seconds:.2f}s", escape(note),
+        )
+    return table
+
+
+def summary_line(results: Sequence[CaseResult], device: str, planned: int, interrupted: bool) -> str:
+    counts = collections.Counter(r.status for r in results)
+    parts = [f"{counts[s]} {s.value.lower()}" for s in Status if counts[s]]
+    text = f"{len(results)} of {planned} cases on {device}: " + (", ".join(parts) or "none run")
+    if interrupted:
+        text += " (interrupted: the cases not listed did not run)"
+    return text
+
+
+def print_report(console: Console, results: Sequence[CaseResult], device: str, planned: int,
+                 interrupted: bool = False, title: str = "") -> None:
+    """The table, the details of every case that failed, the skip reasons grouped, and a summary line."""
+    if results:
+        console.print(results_table(results, title))
+    failed = [r for r in results if r.status.failed]
+    for r in failed:
+        console.print(f"\n{status_text(r.status)} [bold]{escape(r.case_id)}[/]")
+        console.print(escape(r.message), highlight=False)
+        if r.log.strip():
+            console.print("[dim]worker output:[/]")
+            console.print(escape(_tail(r.log, 20)), highlight=False, style="dim")
+    skipped = collections.Counter((r.impl, r.message) for r in results if r.status is Status.SKIPPED)
+    if skipped:
+        console.print("\n[dim]skipped:[/]")
+        for (impl, reason), n in skipped.items():
+            console.print(f"  [dim]{escape(impl)} ({n} case{'s' if n > 1 else ''}): {escape(reason)}[/]")
+    console.print("\n" + summary_line(results, device, planned, interrupted), highlight=False)
+
+
+def _first_line(text: str) -> str:
+    return text.strip().splitlines()[0] if text.strip() else ""
+
+
+def _tail(text: str, lines: int) -> str:
+    return "\n".join(text.rstrip().splitlines()[-lines:])

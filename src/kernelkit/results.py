@@ -1,0 +1,100 @@
+"""Plain-data results: the status a case ends in and what was found on the way."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+
+class Status(str, enum.Enum):
+    """How a case ended. Never a bare boolean: each failure says which way it failed."""
+
+    PASSED = "PASSED"
+    WEAK = "WEAK"  # passed, but a trivial output (zeros, the input, a constant) would pass too
+    INCORRECT_SHAPE = "INCORRECT_SHAPE"  # wrong shape, or wrong number/kind of outputs
+    INCORRECT_DTYPE = "INCORRECT_DTYPE"  # wrong tensor type: dtype or device
+    INCORRECT_NUMERICS = "INCORRECT_NUMERICS"  # values outside tolerance, or a stale output
+    INPUT_MUTATED = "INPUT_MUTATED"
+    COMPILE_ERROR = "COMPILE_ERROR"
+    RUNTIME_ERROR = "RUNTIME_ERROR"
+    TIMEOUT = "TIMEOUT"
+    CRASHED = "CRASHED"  # the worker process died (segfault, abort, poisoned CUDA context)
+    SKIPPED = "SKIPPED"
+
+    @property
+    def ok(self) -> bool:
+        return self is Status.PASSED
+
+    @property
+    def failed(self) -> bool:
+        return self not in (Status.PASSED, Status.SKIPPED)
+
+
+@dataclass(frozen=True)
+class Mismatch:
+    """One element that is outside tolerance: its index and both values."""
+
+    index: tuple[int, ...]
+    got: float
+    expected: float
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """The outcome of comparing one output tensor with the reference."""
+
+    ok: bool
+    max_abs_err: float
+    max_rel_err: float
+    n_mismatched: int
+    n_total: int
+    mismatches: tuple[Mismatch, ...] = ()
+    atol: float = 0.0
+    rtol: float = 0.0
+    ref_err: float = 0.0  # the low-precision reference's own error (see verify.tolerance_for)
+
+    def describe(self) -> str:
+        text = (
+            f"{self.n_mismatched} of {self.n_total} elements differ; "
+            f"max abs err {self.max_abs_err:.3g}, max rel err {self.max_rel_err:.3g} "
+            f"(allowed {self.atol:.2g} + {self.rtol:.2g}*|ref| + 2*{self.ref_err:.2g}*(1+|ref|))"
+        )
+        if self.mismatches:
+            shown = ", ".join(f"{list(m.index)}: got {m.got:.6g}, expected {m.expected:.6g}" for m in self.mismatches)
+            text += f"; first mismatches: {shown}"
+        return text
+
+
+@dataclass
+class CaseResult:
+    """What happened to one case (op x impl x size x dtype x seed)."""
+
+    op: str
+    impl: str
+    backend: str
+    size: tuple[int, ...]
+    dtype: str
+    seed: int
+    device: str
+    status: Status
+    message: str = ""
+    seconds: float = 0.0
+    max_abs_err: float | None = None
+    max_rel_err: float | None = None
+    bytes: int | None = None
+    flops: int | None = None
+    log: str = ""  # the tail of what the worker printed, kept when a case fails
+    details: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def case_id(self) -> str:
+        size = "x".join(map(str, self.size))
+        return f"{self.op}/{self.impl}/{size}/{self.dtype}/seed{self.seed}"
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["status"] = self.status.value
+        data["size"] = list(self.size)
+        data["case"] = self.case_id
+        return data

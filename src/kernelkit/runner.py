@@ -1,0 +1,266 @@
+"""Run cases in isolated worker processes: a crash, hang or poisoned CUDA context ends one case, not the run.
+
+Workers are spawned (never forked: a forked CUDA context is unusable) and reused from case to case until one
+dies, hangs or loses its CUDA context; then it is replaced and the run goes on.
+"""
+
+from __future__ import annotations
+
+import faulthandler
+import multiprocessing
+import multiprocessing.connection
+import os
+import signal
+import sys
+import tempfile
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from kernelkit import backends, loader
+from kernelkit.check import check_case, describe_exception
+from kernelkit.errors import SpecError
+from kernelkit.results import CaseResult, Status
+from kernelkit.spec import Case, Size
+
+DEFAULT_TIMEOUT = 60.0
+STARTUP_TIMEOUT = 300.0  # importing torch, triton and numba on a slow, busy machine
+LOG_TAIL_CHARS = 4000
+
+OnResult = Callable[[CaseResult], None]
+
+
+@dataclass
+class RunReport:
+    """Every finished case, in order; ``interrupted`` when Ctrl-C stopped the run early."""
+
+    device: str
+    results: list[CaseResult] = field(default_factory=list)
+    interrupted: bool = False
+    planned: int = 0
+
+    @property
+    def ok(self) -> bool:
+        return not self.interrupted and bool(self.results) and all(r.status.ok for r in self.results)
+
+
+def resolve_device(device: str | None) -> str:
+    """None -> 'cuda' when a GPU is visible, else 'cpu'. Asking for cuda without a GPU is an error."""
+    if device is None:
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if device not in ("cpu", "cuda"):
+        raise SpecError(f"unknown device {device!r}; use cpu or cuda")
+    if device == "cuda" and not torch.cuda.is_available():
+        build = "this torch is a CPU build" if torch.version.cuda is None else "no GPU is visible"
+        raise SpecError(f"--device cuda asked for, but {build}; use --device cpu")
+    return device
+
+
+def plan(
+    target: str,
+    *,
+    impls: Sequence[str] = (),
+    device: str | None = None,
+    sizes: Sequence[Size] = (),
+    dtypes: Sequence[torch.dtype] = (),
+    seeds: int = 1,
+) -> tuple[str, list[Case]]:
+    """The device and the cases of ``target`` (a built-in op name or a .py file), without running them."""
+    dev = resolve_device(device)
+    backends.prepare_process(dev)
+    source = loader.resolve(target)
+    ops = list(loader.load(source).values())
+    return dev, loader.make_cases(source, ops, dev, impls, sizes, dtypes, seeds)
+
+
+def check(
+    target: str,
+    *,
+    impls: Sequence[str] = (),
+    device: str | None = None,
+    sizes: Sequence[Size] = (),
+    dtypes: Sequence[torch.dtype] = (),
+    seeds: int = 1,
+    timeout: float = DEFAULT_TIMEOUT,
+    isolate: bool = True,
+    on_result: OnResult | None = None,
+) -> RunReport:
+    """Check every case of ``target`` (a built-in op name or a .py file) against its reference.
+
+    Each case runs in a worker process with a per-case ``timeout`` in seconds; see README for the tolerance rule.
+    """
+    dev, cases = plan(target, impls=impls, device=device, sizes=sizes, dtypes=dtypes, seeds=seeds)
+    return run_cases(cases, dev, timeout=timeout, isolate=isolate, on_result=on_result)
+
+
+def run_cases(
+    cases: Sequence[Case],
+    device: str,
+    *,
+    timeout: float = DEFAULT_TIMEOUT,
+    isolate: bool = True,
+    on_result: OnResult | None = None,
+) -> RunReport:
+    """Run ``cases`` one after another; Ctrl-C stops cleanly and returns what finished."""
+    if timeout <= 0:
+        raise SpecError(f"--timeout must be positive, got {timeout}")
+    report = RunReport(device=device, planned=len(cases))
+    with tempfile.TemporaryDirectory(prefix="kernelkit-") as tmp:
+        worker = _Worker(device, Path(tmp) / "worker.log") if isolate else None
+        try:
+            for case in cases:
+                result = worker.run(case, timeout) if worker else _run_here(case, device)
+                report.results.append(result)
+                if on_result is not None:
+                    on_result(result)
+        except KeyboardInterrupt:
+            report.interrupted = True
+        finally:
+            if worker:
+                worker.stop()
+    return report
+
+
+def _run_here(case: Case, device: str) -> CaseResult:
+    try:
+        op = loader.load(case.source)[case.op]
+    except Exception as exc:  # noqa: BLE001 - reported as the case's status
+        return _failed(case, device, Status.RUNTIME_ERROR, describe_exception(exc))
+    return check_case(case, op, device)
+
+
+def _failed(case: Case, device: str, status: Status, message: str, log: str = "") -> CaseResult:
+    return CaseResult(
+        op=case.op, impl=case.impl, backend="?", size=case.size, dtype=case.dtype, seed=case.seed,
+        device=device, status=status, message=message, log=log,
+    )
+
+
+class _Worker:
+    """One spawned worker process at a time, replaced whenever it dies, hangs or loses its CUDA context."""
+
+    def __init__(self, device: str, log_path: Path) -> None:
+        self.device = device
+        self.log_path = log_path
+        self.process: multiprocessing.process.BaseProcess | None = None
+        self.conn: multiprocessing.connection.Connection | None = None
+
+    def run(self, case: Case, timeout: float) -> CaseResult:
+        if self.process is None:
+            problem = self._start()
+            if problem:
+                return _failed(case, self.device, Status.CRASHED, f"the worker failed to start: {problem}")
+        assert self.conn is not None and self.process is not None
+        offset = self.log_path.stat().st_size if self.log_path.exists() else 0
+        self.conn.send(case)
+        result: CaseResult | None = None
+        if self.conn.poll(timeout):
+            try:
+                result = self.conn.recv()
+            except (EOFError, OSError):
+                result = None
+            if result is None:
+                result = _failed(case, self.device, Status.CRASHED, self._death_message())
+                self._discard()
+        else:
+            self._discard()
+            result = _failed(
+                case, self.device, Status.TIMEOUT,
+                f"no result after {timeout:g} s; the worker was killed (raise --timeout if the case is only slow)",
+            )
+        if result.status.failed:
+            result.log = self._log_since(offset)
+        if result.details.get("context_lost"):
+            self._discard()
+        return result
+
+    def _start(self) -> str:
+        ctx = multiprocessing.get_context("spawn")
+        parent, child = ctx.Pipe()
+        self.process = ctx.Process(target=_worker_main, args=(child, self.device, str(self.log_path)), daemon=True)
+        self.process.start()
+        child.close()
+        self.conn = parent
+        if parent.poll(STARTUP_TIMEOUT):
+            try:
+                parent.recv()
+                return ""
+            except (EOFError, OSError):
+                pass
+        problem = self._death_message() + self._log_since(0)
+        self._discard()
+        return problem
+
+    def _death_message(self) -> str:
+        assert self.process is not None
+        self.process.join(timeout=5)
+        code = self.process.exitcode
+        if code is None:
+            return "the worker stopped answering"
+        if code < 0:
+            try:
+                name = signal.Signals(-code).name
+            except ValueError:
+                name = f"signal {-code}"
+            return f"the worker died with {name} (a segfault or abort in native code?); see the log below"
+        return f"the worker exited with code {code}; see the log below"
+
+    def _log_since(self, offset: int) -> str:
+        try:
+            with open(self.log_path, "rb") as f:
+                f.seek(offset)
+                text = f.read().decode(errors="replace")
+        except OSError:
+            return ""
+        return text[-LOG_TAIL_CHARS:]
+
+    def _discard(self) -> None:
+        if self.process is not None and self.process.is_alive():
+            self.process.kill()
+            self.process.join(timeout=10)
+        if self.conn is not None:
+            self.conn.close()
+        self.process = self.conn = None
+
+    def stop(self) -> None:
+        if self.conn is not None and self.process is not None and self.process.is_alive():
+            try:
+                self.conn.send(None)
+                self.process.join(timeout=5)
+            except (OSError, BrokenPipeError):
+                pass
+        self._discard()
+
+
+def _worker_main(conn: multiprocessing.connection.Connection, device: str, log_path: str) -> None:
+    """The worker loop: receive a Case, send back its CaseResult; None means stop."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
+    _redirect_output(log_path)
+    faulthandler.enable()  # a segfault prints the Python stack (the user's line) into the log
+    backends.prepare_process(device)
+    conn.send("ready")
+    while True:
+        try:
+            case = conn.recv()
+        except (EOFError, OSError):
+            return
+        if case is None:
+            return
+        result = _run_here(case, device)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        conn.send(result)
+        if result.details.get("context_lost"):
+            return
+
+
+def _redirect_output(log_path: str) -> None:
+    fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+    for stream in (sys.stdout, sys.stderr):
+        if hasattr(stream, "reconfigure"):
+            stream.reconfigure(line_buffering=True)

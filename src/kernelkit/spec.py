@@ -1,0 +1,249 @@
+"""What a kernel problem is: an op (reference, inputs, cost, tolerance) and its named impls.
+
+A user writes::
+
+    @kk.op(sizes=[(4096, 4096), (1823, 781)], dtypes=[torch.float32, torch.bfloat16])
+    def square(x):                      # the reference: plain PyTorch, the spec
+        return x * x
+
+    @square.impl("triton_flat")         # the backend is read off the name's first word
+    def square_triton_flat(x): ...
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from kernelkit.errors import SpecError
+
+BACKENDS = ("eager", "compile", "triton", "cuda", "numba")
+
+# Per-dtype floor of the tolerance: (atol, rtol). An element passes when it is within this floor plus twice
+# the reference's own low-precision error (see verify.py). The floors are PyTorch's assert_close defaults.
+TOLERANCES: dict[torch.dtype, tuple[float, float]] = {
+    torch.float64: (1e-7, 1e-7),
+    torch.float32: (1e-5, 1.3e-6),
+    torch.float16: (1e-5, 1e-3),
+    torch.bfloat16: (1e-5, 1.6e-2),
+}
+
+DTYPE_NAMES: dict[str, torch.dtype] = {
+    "float64": torch.float64, "fp64": torch.float64,
+    "float32": torch.float32, "fp32": torch.float32,
+    "float16": torch.float16, "fp16": torch.float16, "half": torch.float16,
+    "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
+}
+
+Size = tuple[int, ...]
+InputFactory = Callable[[Size, torch.dtype, torch.device, int], tuple[Any, ...]]
+CostFn = Callable[..., int]
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def parse_dtype(name: str) -> torch.dtype:
+    try:
+        return DTYPE_NAMES[name.strip().lower()]
+    except KeyError:
+        raise SpecError(f"unknown dtype {name!r}; use one of {', '.join(sorted(DTYPE_NAMES))}") from None
+
+
+def parse_size(text: str) -> Size:
+    """'1823x781' -> (1823, 781)."""
+    try:
+        size = tuple(int(part) for part in text.strip().lower().split("x"))
+    except ValueError:
+        raise SpecError(f"bad size {text!r}: write dimensions joined by 'x', e.g. 1823x781") from None
+    if not size or any(d < 0 for d in size):
+        raise SpecError(f"bad size {text!r}: dimensions must be non-negative integers")
+    return size
+
+
+def seeded_normal(size: Size, dtype: torch.dtype, device: torch.device | str, seed: int) -> torch.Tensor:
+    """A standard-normal tensor that depends only on (size, seed): drawn on the CPU, then moved and cast."""
+    gen = torch.Generator(device="cpu").manual_seed(seed)
+    return torch.randn(size, generator=gen, dtype=torch.float32).to(device=device, dtype=dtype)
+
+
+@dataclass(frozen=True)
+class Impl:
+    """One implementation of an op, bound to a backend.
+
+    ``kernels`` are objects with a ``compile()`` method (e.g. CUDA kernels); where the impl cannot run
+    (no GPU) they are still compiled, so a build error is caught anyway.
+    """
+
+    name: str
+    backend: str
+    fn: Callable[..., Any]
+    kernels: tuple[Any, ...] = ()
+    dtypes: tuple[torch.dtype, ...] = ()  # empty: every dtype of the op
+    description: str = ""
+
+
+@dataclass
+class Op:
+    """A kernel problem: the reference (the spec), how to make inputs, what a call costs, how close is close."""
+
+    name: str
+    reference: Callable[..., Any]
+    sizes: list[Size]
+    dtypes: list[torch.dtype]
+    cpu_sizes: list[Size]
+    make_inputs: InputFactory
+    bytes_fn: CostFn | None = None
+    flops_fn: CostFn | None = None
+    tolerance: dict[torch.dtype, tuple[float, float]] = field(default_factory=dict)
+    impls: dict[str, Impl] = field(default_factory=dict)
+    description: str = ""
+
+    def impl(
+        self,
+        name: str,
+        backend: str | None = None,
+        *,
+        kernels: Sequence[Any] = (),
+        dtypes: Sequence[torch.dtype] = (),
+    ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+        """Register the decorated function as impl ``name``; returns the function unchanged.
+
+        The backend defaults to the name's first word (``triton_flat`` -> triton, ``cuda_2d`` -> cuda).
+        kernels: compilable kernels the impl launches (compiled even where they cannot run, to catch build
+        errors); dtypes: the dtypes it supports, when fewer than the op's (others are SKIPPED).
+        """
+        resolved = backend or _backend_from_name(name)
+        if resolved not in BACKENDS:
+            raise SpecError(f"impl {name!r} of op {self.name!r}: unknown backend {resolved!r}; use one of {BACKENDS}")
+        if name in self.impls:
+            raise SpecError(f"op {self.name!r} already has an impl named {name!r}; give each impl its own name")
+
+        def register(fn: Callable[..., Any]) -> Callable[..., Any]:
+            doc = inspect.getdoc(fn) or ""
+            self.impls[name] = Impl(name, resolved, fn, tuple(kernels), tuple(dtypes), doc.split("\n")[0])
+            return fn
+
+        return register
+
+    def sizes_for(self, device: str) -> list[Size]:
+        return self.cpu_sizes if device == "cpu" else self.sizes
+
+    def tolerance_for(self, dtype: torch.dtype) -> tuple[float, float]:
+        if dtype in self.tolerance:
+            return self.tolerance[dtype]
+        return TOLERANCES.get(dtype, (0.0, 0.0))
+
+    def cost(self, inputs: Sequence[Any], outputs: Sequence[torch.Tensor]) -> tuple[int, int | None]:
+        """(bytes, flops) of one call. Bytes default to reading every input and writing every output once."""
+        if self.bytes_fn is not None:
+            nbytes = int(self.bytes_fn(*inputs))
+        else:
+            tensors = [t for t in (*inputs, *outputs) if isinstance(t, torch.Tensor)]
+            nbytes = sum(t.numel() * t.element_size() for t in tensors)
+        flops = int(self.flops_fn(*inputs)) if self.flops_fn is not None else None
+        return nbytes, flops
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.reference(*args, **kwargs)
+
+
+def _backend_from_name(name: str) -> str:
+    head = name.split("_")[0]
+    if head in BACKENDS:
+        return head
+    raise SpecError(f"cannot tell the backend of impl {name!r}: start its name with one of {BACKENDS} or pass backend=")
+
+
+def _default_inputs(reference: Callable[..., Any]) -> InputFactory:
+    params = [
+        p for p in inspect.signature(reference).parameters.values()
+        if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and p.default is p.empty
+    ]
+    if not params:
+        raise SpecError(f"reference {reference.__name__!r} takes no positional tensors; pass inputs= to kk.op")
+
+    def make(size: Size, dtype: torch.dtype, device: torch.device, seed: int) -> tuple[torch.Tensor, ...]:
+        return tuple(seeded_normal(size, dtype, device, seed * 1009 + i) for i in range(len(params)))
+
+    return make
+
+
+def op(
+    reference: Callable[..., Any] | None = None,
+    *,
+    sizes: Sequence[Size],
+    dtypes: Sequence[torch.dtype] = (torch.float32,),
+    cpu_sizes: Sequence[Size] | None = None,
+    inputs: InputFactory | None = None,
+    bytes: CostFn | None = None,  # noqa: A002 - reads naturally at the call site: bytes=lambda x: ...
+    flops: CostFn | None = None,
+    tolerance: dict[torch.dtype, tuple[float, float]] | None = None,
+    name: str | None = None,
+) -> Any:
+    """Declare an op: decorate its reference (plain PyTorch, the spec).
+
+    sizes: shapes for GPU runs; cpu_sizes: small shapes for CPU runs (interpreters and simulators are slow),
+    by default each size's dimensions capped at 64. inputs(size, dtype, device, seed) -> tuple of arguments;
+    by default one seeded standard-normal tensor of ``size`` per positional parameter of the reference.
+    bytes/flops(*inputs) -> int: the cost of one call, for bandwidth and throughput figures.
+    """
+
+    def build(fn: Callable[..., Any]) -> Op:
+        if not sizes:
+            raise SpecError(f"op {fn.__name__!r} needs at least one size")
+        shapes = [_as_size(s) for s in sizes]
+        small = [_as_size(s) for s in cpu_sizes] if cpu_sizes else _shrink(shapes)
+        doc = inspect.getdoc(fn) or ""
+        return Op(
+            name=name or fn.__name__,
+            reference=fn,
+            sizes=shapes,
+            dtypes=list(dtypes),
+            cpu_sizes=small,
+            make_inputs=inputs or _default_inputs(fn),
+            bytes_fn=bytes,
+            flops_fn=flops,
+            tolerance=dict(tolerance or {}),
+            description=doc.split("\n")[0],
+        )
+
+    return build(reference) if reference is not None else build
+
+
+def _as_size(size: Any) -> Size:
+    if isinstance(size, int):
+        size = (size,)
+    try:
+        shape = tuple(int(d) for d in size)
+    except TypeError:
+        raise SpecError(f"size {size!r} is not a shape; write a tuple of ints such as (1823, 781)") from None
+    if any(d < 0 for d in shape):
+        raise SpecError(f"size {size!r} has a negative dimension")
+    return shape
+
+
+def _shrink(sizes: list[Size]) -> list[Size]:
+    small: list[Size] = []
+    for size in sizes:
+        capped = tuple(min(d, 64) for d in size)
+        if capped not in small:
+            small.append(capped)
+    return small
+
+
+@dataclass(frozen=True)
+class Case:
+    """One unit of work: an impl of an op at one size, dtype and seed. Plain data, so it can cross processes."""
+
+    source: str  # where the op is defined: a module name (kernelkit.ops.square) or a file path
+    op: str
+    impl: str
+    size: Size
+    dtype: str
+    seed: int

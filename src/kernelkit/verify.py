@@ -1,0 +1,152 @@
+"""Correctness: is an impl's output the reference's, to within what the dtype allows?
+
+The rule (also in the README): with ``ref`` the reference computed in float64 and ``lo`` the reference computed
+in the case's own dtype, the reference's own error is
+
+    eps_lo = max over finite elements of |lo - ref| / (1 + |ref|)
+
+and an output element passes when
+
+    |out - ref| <= atol + rtol * |ref| + 2 * eps_lo * (1 + |ref|)
+
+with (atol, rtol) the per-dtype floor from ``spec.TOLERANCES``. So an impl may be twice as wrong as PyTorch itself
+is in that dtype, and never needs to beat the floor. NaN must meet NaN, +-inf the same inf.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from kernelkit.results import Comparison, Mismatch, Status
+
+MAX_MISMATCHES_SHOWN = 5
+
+
+@dataclass(frozen=True)
+class Verdict:
+    status: Status
+    message: str = ""
+    comparison: Comparison | None = None
+
+
+def as_outputs(value: Any) -> tuple[Any, ...]:
+    """Normalize an op's return value to a tuple of outputs."""
+    if isinstance(value, (tuple, list)):
+        return tuple(value)
+    return (value,)
+
+
+def to_reference_precision(value: Any, dtype: torch.dtype = torch.float64) -> Any:
+    """Floating tensors to ``dtype`` (copies, so the reference cannot touch the impl's inputs)."""
+    if isinstance(value, torch.Tensor):
+        return value.to(dtype) if value.is_floating_point() else value.clone()
+    return value
+
+
+def clone_inputs(inputs: Sequence[Any]) -> tuple[Any, ...]:
+    return tuple(x.clone() if isinstance(x, torch.Tensor) else x for x in inputs)
+
+
+def reference_error(lo: torch.Tensor, ref: torch.Tensor) -> float:
+    """eps_lo: the low-precision reference's own error, max |lo - ref| / (1 + |ref|) over finite elements."""
+    lo64, ref64 = lo.detach().to(torch.float64), ref.detach().to(torch.float64)
+    finite = torch.isfinite(lo64) & torch.isfinite(ref64)
+    if not bool(finite.any()):
+        return 0.0
+    err = (lo64[finite] - ref64[finite]).abs() / (1 + ref64[finite].abs())
+    return float(err.max())
+
+
+def compare(out: torch.Tensor, ref: torch.Tensor, atol: float, rtol: float, ref_err: float = 0.0) -> Comparison:
+    """Compare ``out`` with the high-precision ``ref`` element by element, NaN- and inf-aware."""
+    got = out.detach().to(device=ref.device, dtype=torch.float64)
+    exp = ref.detach().to(torch.float64)
+    diff = (got - exp).abs()
+    allowed = atol + rtol * exp.abs() + 2 * ref_err * (1 + exp.abs())
+    both_nan = torch.isnan(got) & torch.isnan(exp)
+    same_inf = torch.isinf(exp) & (got == exp)
+    finite_ok = torch.isfinite(exp) & torch.isfinite(got) & (diff <= allowed)
+    bad = ~(both_nan | same_inf | finite_ok)
+
+    finite = torch.isfinite(got) & torch.isfinite(exp)
+    max_abs = float(diff[finite].max()) if bool(finite.any()) else 0.0
+    rel = diff / exp.abs().clamp_min(torch.finfo(torch.float64).tiny)
+    max_rel = float(rel[finite].max()) if bool(finite.any()) else 0.0
+    if bool((~finite & bad).any()):
+        max_abs = max_rel = float("inf")  # a NaN or inf where none belongs
+
+    n_bad = int(bad.sum())
+    shown: list[Mismatch] = []
+    if n_bad:
+        for flat in torch.nonzero(bad.reshape(-1))[:MAX_MISMATCHES_SHOWN, 0].tolist():
+            index = tuple(int(i) for i in torch.unravel_index(torch.tensor(flat), bad.shape)) if bad.dim() else ()
+            shown.append(Mismatch(index, float(got[index]), float(exp[index])))
+    return Comparison(
+        ok=n_bad == 0, max_abs_err=max_abs, max_rel_err=max_rel, n_mismatched=n_bad, n_total=bad.numel(),
+        mismatches=tuple(shown), atol=atol, rtol=rtol, ref_err=ref_err,
+    )
+
+
+def check_structure(outs: Sequence[Any], expected: Sequence[Any]) -> Verdict | None:
+    """Number, kind, shape, dtype and device of the outputs; None when all match."""
+    if len(outs) != len(expected):
+        return Verdict(Status.INCORRECT_SHAPE, f"returned {len(outs)} outputs, the reference returns {len(expected)}")
+    for i, (out, exp) in enumerate(zip(outs, expected, strict=True)):
+        name = f"output {i}" if len(outs) > 1 else "output"
+        if not isinstance(out, torch.Tensor):
+            return Verdict(Status.INCORRECT_SHAPE, f"{name} is a {type(out).__name__}, expected a tensor")
+        if out.shape != exp.shape:
+            return Verdict(Status.INCORRECT_SHAPE, f"{name} has shape {tuple(out.shape)}, expected {tuple(exp.shape)}")
+        if out.dtype != exp.dtype:
+            return Verdict(Status.INCORRECT_DTYPE, f"{name} has dtype {out.dtype}, expected {exp.dtype}")
+        if out.device != exp.device:
+            return Verdict(Status.INCORRECT_DTYPE, f"{name} is on {out.device}, expected {exp.device}")
+    return None
+
+
+def mutated_inputs(inputs: Sequence[Any], snapshot: Sequence[Any]) -> list[int]:
+    """Positions of tensor inputs whose contents changed (bitwise; NaN equals NaN)."""
+    changed = []
+    for i, (now, before) in enumerate(zip(inputs, snapshot, strict=True)):
+        if isinstance(now, torch.Tensor) and not torch.equal(now, before):
+            if now.is_floating_point() and torch.equal(now.isnan(), before.isnan()):
+                if torch.equal(torch.nan_to_num(now), torch.nan_to_num(before)):
+                    continue
+            changed.append(i)
+    return changed
+
+
+def compare_outputs(
+    outs: Sequence[torch.Tensor], refs: Sequence[torch.Tensor], los: Sequence[torch.Tensor], atol: float, rtol: float
+) -> list[Comparison]:
+    return [compare(o, r, atol, rtol, reference_error(lo, r)) for o, r, lo in zip(outs, refs, los, strict=True)]
+
+
+def weak_probes(
+    inputs: Sequence[Any], refs: Sequence[torch.Tensor], los: Sequence[torch.Tensor], atol: float, rtol: float
+) -> list[str]:
+    """Trivial outputs that would also pass: all zeros, an input echoed back, a constant. Empty means none."""
+    passing = []
+    probes: dict[str, Callable[[torch.Tensor], torch.Tensor | None]] = {
+        "all zeros": lambda lo: torch.zeros_like(lo),
+        "the input echoed": lambda lo: _echo(inputs, lo),
+        "a constant": lambda lo: torch.full_like(lo, float(lo.float().mean())) if lo.numel() else torch.zeros_like(lo),
+    }
+    for name, make in probes.items():
+        fakes = [make(lo) for lo in los]
+        if any(f is None for f in fakes):
+            continue
+        if all(c.ok for c in compare_outputs(fakes, refs, los, atol, rtol)):
+            passing.append(name)
+    return passing
+
+
+def _echo(inputs: Sequence[Any], like: torch.Tensor) -> torch.Tensor | None:
+    for x in inputs:
+        if isinstance(x, torch.Tensor) and x.shape == like.shape:
+            return x.to(like.dtype)
+    return None
