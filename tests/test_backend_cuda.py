@@ -22,6 +22,7 @@ from kernelkit.backends.cuda import (
     kernel_params,
     launch_dims,
 )
+from kernelkit.backends.cuda import build as cuda_build
 from kernelkit.cache import cache_dir, content_key
 from kernelkit.errors import BackendUnavailable, CompileError, LaunchError, LoadError
 
@@ -348,7 +349,7 @@ def test_nvcc_fallback_when_nvrtc_cannot_be_imported(monkeypatch: pytest.MonkeyP
 
 def test_no_compiler_at_all_is_backend_unavailable(monkeypatch: pytest.MonkeyPatch) -> None:
     _without_nvrtc(monkeypatch)
-    monkeypatch.setattr(cuda_backend.shutil, "which", lambda name: None)
+    monkeypatch.setattr(cuda_build.shutil, "which", lambda name: None)
     with pytest.raises(BackendUnavailable, match=r"pip install 'kernelkit\[cuda\]'"):
         CudaKernel(SQUARE_SRC, "square_kernel").compile("sm_90")
 

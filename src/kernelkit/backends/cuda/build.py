@@ -1,0 +1,174 @@
+"""Building cubins: NVRTC (cuda.core) or nvcc, toolkit headers, local-include hashing, the on-disk cubin cache."""
+
+from __future__ import annotations
+
+import importlib
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from functools import cache, partial
+from pathlib import Path
+from typing import Any
+
+from kernelkit.backends.cuda.signature import _COMMENT
+from kernelkit.cache import cache_dir, write_atomic
+from kernelkit.errors import BackendUnavailable, CompileError
+
+NVCC_TIMEOUT_S = 300
+_LOCAL_INCLUDE = re.compile(r'^\s*#\s*include\s*"([^"]+)"', re.M)
+
+
+@dataclass(frozen=True)
+class _Compiler:
+    name: str
+    version: str
+    build: Callable[[str, str, str, Sequence[str], str], bytes]  # (text, file, arch, options, kernel)
+
+
+def _cuda_core() -> Any:
+    """The cuda.core namespace: ``cuda.core`` since 0.4, ``cuda.core.experimental`` before."""
+    try:
+        core = importlib.import_module("cuda.core")
+        if hasattr(core, "Program"):
+            return core
+    except ImportError:
+        pass
+    return importlib.import_module("cuda.core.experimental")
+
+
+def _find_compiler() -> _Compiler:
+    try:
+        _cuda_core()
+        _, major, minor = importlib.import_module("cuda.bindings.nvrtc").nvrtcVersion()  # loads libnvrtc
+        bundled = (major, minor) >= (13, 3)  # NVRTC carries its own CUDA headers from 13.3
+        return _Compiler("nvrtc", f"nvrtc {major}.{minor}", partial(_nvrtc_build, bundled_headers=bundled))
+    except (ImportError, OSError, RuntimeError) as exc:
+        problem = f"{type(exc).__name__}: {exc}"
+    nvcc = shutil.which("nvcc")
+    if nvcc is not None:
+        return _Compiler("nvcc", _nvcc_version(nvcc), _nvcc_build)
+    raise BackendUnavailable(f"cannot compile CUDA C++: NVRTC is unavailable ({problem}) and nvcc is not on "
+                             "PATH; pip install 'kernelkit[cuda]'")
+
+
+def _nvrtc_build(text: str, file: str, arch: str, options: Sequence[str], kernel: str, *,
+                 bundled_headers: bool) -> bytes:
+    core = _cuda_core()
+    raw = [o.encode() for o in options]
+
+    class RawOptions(core.ProgramOptions):  # type: ignore[misc, name-defined]
+        # ProgramOptions has a field per NVRTC flag; the user's flags are strings, passed on as given.
+        def as_bytes(self, *args: Any, **kwargs: Any) -> list[bytes]:
+            return [*super().as_bytes(*args, **kwargs), *raw]
+
+        def _as_bytes(self) -> list[bytes]:  # the name in older cuda.core
+            return [*super()._as_bytes(), *raw]
+
+    headers: dict[str, Any] = {}  # NVRTC finds no headers alone: cuda_fp16.h & co. are bundled or a toolkit's
+    if bundled_headers and "use_bundled_headers" in getattr(core.ProgramOptions, "__dataclass_fields__", {}):
+        headers = {"use_bundled_headers": True}
+    elif _toolkit_include() is not None:
+        headers = {"include_path": [str(_toolkit_include())]}
+    program = core.Program(text, "c++", RawOptions(name=file, arch=arch, **headers))
+    try:
+        return bytes(program.compile("cubin").code)
+    except Exception as exc:  # cuda.core's NVRTCError has no public import path
+        if "NVRTC" not in type(exc).__name__:
+            raise
+        log = str(exc).split("compilation log:", 1)[-1].strip().rstrip("\x00").strip()
+        raise CompileError(f"CUDA kernel {kernel!r} failed to compile for {arch} with NVRTC", log) from None
+
+
+def _nvcc_build(text: str, file: str, arch: str, options: Sequence[str], kernel: str) -> bytes:
+    with tempfile.TemporaryDirectory(prefix="kernelkit-nvcc-") as tmp:
+        source, cubin = Path(tmp, "kernel.cu"), Path(tmp, "kernel.cubin")
+        source.write_text(text, encoding="utf-8")
+        include = f"-I{Path(file).parent}"  # "quoted" includes sit beside the user's file, not the temp one
+        cmd = ["nvcc", "-cubin", f"-arch={arch}", include, *options, "-o", str(cubin), str(source)]
+        try:
+            done = subprocess.run(cmd, capture_output=True, text=True, timeout=NVCC_TIMEOUT_S, check=False)
+        except subprocess.TimeoutExpired:
+            raise CompileError(f"CUDA kernel {kernel!r}: nvcc ran over {NVCC_TIMEOUT_S} s") from None
+        if done.returncode != 0:
+            log = (done.stderr + done.stdout).strip()
+            raise CompileError(f"CUDA kernel {kernel!r} failed to compile for {arch} with nvcc", log)
+        return cubin.read_bytes()
+
+
+@cache
+def _nvcc_version(nvcc: str) -> str:
+    done = subprocess.run([nvcc, "--version"], capture_output=True, text=True, timeout=60, check=False)
+    lines = done.stdout.strip().splitlines()
+    return f"nvcc {lines[-1] if lines else 'unknown'}"
+
+
+def _toolkit_include() -> Path | None:
+    nvcc = shutil.which("nvcc")
+    roots = [os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda",
+             Path(nvcc).resolve().parent.parent if nvcc else None]
+    found = (Path(r, "include") for r in roots if r and Path(r, "include", "cuda_fp16.h").is_file())
+    return next(found, None)
+
+
+def _overridden(default: str, user: Sequence[str]) -> bool:
+    flag = default.split("=")[0].lstrip("-")
+    return any(o.split("=")[0].lstrip("-") == flag for o in user)
+
+
+def _local_includes(source: str, directory: Path, seen: set[Path]) -> list[bytes]:
+    """Contents of the files ``source`` includes "like this", recursively: editing one must miss the cache."""
+    found: list[bytes] = []
+    for name in _LOCAL_INCLUDE.findall(_COMMENT.sub(" ", source)):
+        path = (directory / name).resolve()
+        if path not in seen and path.is_file():
+            seen.add(path)
+            data = path.read_bytes()
+            found += [data, *_local_includes(data.decode("utf-8", "replace"), path.parent, seen)]
+    return found
+
+
+def _read_cubin(key: str) -> bytes | None:
+    try:
+        data = (cache_dir("cuda") / f"{key}.cubin").read_bytes()
+    except OSError:
+        return None
+    return data if _is_whole_elf(data) else None  # a corrupt or truncated file is rebuilt
+
+
+def _write_cubin(key: str, cubin: bytes) -> None:
+    try:
+        write_atomic(cache_dir("cuda") / f"{key}.cubin", cubin)
+    except OSError:  # a read-only or full cache costs a recompile next time, nothing more
+        pass
+
+
+def _is_whole_elf(data: bytes) -> bool:
+    """A 64-bit ELF whose section header table (written last in a cubin) lies inside ``data``."""
+    if len(data) < 64 or data[:4] != b"\x7fELF" or data[4] != 2:
+        return False
+    table, entry, count = (int.from_bytes(data[a:b], "little") for a, b in ((40, 48), (58, 60), (60, 62)))
+    return table + entry * count <= len(data)
+
+
+# ---- where the user's source text sits in its file, for compiler errors ---------------------------------
+
+
+def _locate(source: str, file_lines: Sequence[str], call_line: int) -> int:
+    """Line of the file where ``source``'s first line sits: each non-blank line of the text must appear, in
+    order, on consecutive lines (indented, or sharing a line with its quotes). The match nearest the call
+    wins; when there is none (escapes, f-strings, generated text), the call's own line."""
+    wanted = [(i, text.strip()) for i, text in enumerate(source.split("\n")) if text.strip()]
+    if not wanted:
+        return call_line
+    n = len(file_lines)
+    starts = [s for s in range(-wanted[0][0], n)
+              if all(0 <= s + i < n and text in file_lines[s + i] for i, text in wanted)]
+    return min(starts, key=lambda s: abs(s + 1 - call_line)) + 1 if starts else call_line
+
+
+def _c_escape(path: str) -> str:
+    return path.replace("\\", "\\\\").replace('"', '\\"')
