@@ -8,6 +8,7 @@ from __future__ import annotations
 import time
 import traceback
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -19,6 +20,7 @@ from kernelkit.spec import Case, Impl, Op, parse_dtype
 
 # The second input set (stale-output probe) uses a seed far from any the user is likely to pick.
 STALE_SEED_OFFSET = 7_919_000
+_PACKAGE_DIR = Path(__file__).resolve().parent
 
 
 def check_case(case: Case, op: Op, device: str) -> CaseResult:
@@ -135,11 +137,17 @@ def _verdict(
 def describe_exception(exc: BaseException) -> str:
     """'TypeError: ... (at my_kernels.py:12 in square_triton)': the message and the innermost user frame."""
     frames = traceback.extract_tb(exc.__traceback__)
-    user = [f for f in frames if "/kernelkit/" not in f.filename.replace("\\", "/") or "/ops/" in f.filename]
+    user = [f for f in frames if _is_user_frame(f.filename)]
     where = f" (at {user[-1].filename}:{user[-1].lineno} in {user[-1].name})" if user else ""
     text = str(exc).strip().splitlines()
     first = text[0] if text else ""
     return f"{type(exc).__name__}: {first}{where}"
+
+
+def _is_user_frame(filename: str) -> bool:
+    """Frames outside kernelkit's own machinery; the built-in ops count as user code."""
+    path = Path(filename).resolve()
+    return not path.is_relative_to(_PACKAGE_DIR) or path.is_relative_to(_PACKAGE_DIR / "ops")
 
 
 def _describe_compile_error(exc: BaseException) -> str:

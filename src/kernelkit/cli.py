@@ -140,6 +140,7 @@ def _report_json(report: runner.RunReport) -> dict[str, object]:
 
     return {
         "device": report.device,
+        "gpu": torch.cuda.get_device_name() if report.device == "cuda" else None,
         "planned": report.planned,
         "interrupted": report.interrupted,
         "torch": torch.__version__,

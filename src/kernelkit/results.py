@@ -79,7 +79,7 @@ class CaseResult:
     device: str
     status: Status
     message: str = ""
-    seconds: float = 0.0
+    seconds: float = 0.0  # wall time of the whole check (references, probes): not a kernel timing
     max_abs_err: float | None = None
     max_rel_err: float | None = None
     bytes: int | None = None

@@ -26,8 +26,8 @@ def results_table(results: Sequence[CaseResult], title: str = "") -> Table:
     show_seed = len({r.seed for r in results}) > 1
     table = Table(title=title or None, title_justify="left", show_lines=False)
     for name in ("op", "impl", "backend", "size", "dtype", *(["seed"] if show_seed else []), "status", "max abs err",
-                 "time", "note"):
-        table.add_column(name, justify="right" if name in ("max abs err", "time") else "left",
+                 "check time", "note"):
+        table.add_column(name, justify="right" if name in ("max abs err", "check time") else "left",
                          overflow="fold", max_width=60 if name == "note" else None)
     for r in results:
         err = "" if r.max_abs_err is None else f"{r.max_abs_err:.2e}"
