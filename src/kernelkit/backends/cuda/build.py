@@ -69,8 +69,10 @@ def _nvrtc_build(text: str, file: str, arch: str, options: Sequence[str], kernel
             return [*super()._as_bytes(), *raw]
 
     headers: dict[str, Any] = {}  # NVRTC finds no headers alone: cuda_fp16.h & co. are bundled or a toolkit's
-    if bundled_headers and "use_bundled_headers" in getattr(core.ProgramOptions, "__dataclass_fields__", {}):
-        headers = {"use_bundled_headers": True}
+    if bundled_headers:
+        # NVRTC unpacks its bundled headers into the folder named by the flag. cuda.core 1.2's boolean field
+        # passes "true", which unpacks them into ./true of the working directory; name our cache instead.
+        raw.append(f"--use-bundled-headers={cache_dir('nvrtc-headers')}".encode())
     elif _toolkit_include() is not None:
         headers = {"include_path": [str(_toolkit_include())]}
     program = core.Program(text, "c++", RawOptions(name=file, arch=arch, **headers))
