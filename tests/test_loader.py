@@ -72,7 +72,7 @@ def test_cases_cover_impls_sizes_dtypes_seeds_and_reject_unknown_impls():
     assert {c.seed for c in cases} == {0, 1} and {c.impl for c in cases} == {"eager"}
     gpu = loader.make_cases(source, ops, "cuda", impls=["eager"], sizes=[(5, 5)], dtypes=[torch.float16])
     assert [(c.size, c.dtype) for c in gpu] == [((5, 5), "float16")]
-    with pytest.raises(LoadError, match="unknown impl 'fast'; impls here: cuda_2d, eager"):
+    with pytest.raises(LoadError, match=r"unknown impl .fast.; impls here: cuda_2d, .*eager"):
         loader.make_cases(source, ops, "cpu", impls=["fast"])
     with pytest.raises(SpecError, match="at least 1"):
         loader.make_cases(source, ops, "cpu", seeds=0)

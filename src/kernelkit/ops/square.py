@@ -1,17 +1,23 @@
 """square: y = x * x, elementwise, any shape.
 
 Non-contiguous inputs are copied to a contiguous tensor first (one extra read and write); the output is
-contiguous. Memory traffic of the kernels: read N elements, write N elements; N multiplications.
+contiguous. An empty input gives an empty output without a launch. Memory traffic of the kernels: read N
+elements, write N elements; N multiplications.
+
+Variants: ``triton_rowwise``, ``numba_2d``, ``cuda_2d`` are the learner's first versions; ``triton_flat``,
+``numba_flat`` and ``cuda_vec4`` treat the tensor as one flat array (no per-row work, no 2D index math).
 """
 
 from __future__ import annotations
 
 import functools
+import math
 
 import torch
 
 from kernelkit.backends.cuda import cuda_kernel
 from kernelkit.backends.numba import launch
+from kernelkit.backends.triton import do_bench
 from kernelkit.spec import op
 
 
@@ -29,8 +35,13 @@ def square(x: torch.Tensor) -> torch.Tensor:
 
 
 def _as_rows(x: torch.Tensor) -> torch.Tensor:
-    """(..., N) -> a contiguous (rows, N) view; a 0-d tensor is one row of one element."""
-    return x.contiguous().reshape(-1, x.shape[-1] if x.dim() else 1)
+    """(..., N) -> a contiguous (rows, N) view; a 0-d tensor is one row of one element, (0,) no row of none."""
+    return x.contiguous().reshape(math.prod(x.shape[:-1]), x.shape[-1] if x.dim() else 1)
+
+
+def _as_flat(x: torch.Tensor) -> torch.Tensor:
+    """Any shape -> its elements as a contiguous 1-D tensor (a copy only when x is not contiguous)."""
+    return x.contiguous().view(-1)
 
 
 # Kernels and launchers --------------------------------------------------------------------------------------
@@ -53,7 +64,56 @@ def _triton_rowwise_kernel():  # built on first use: importing triton at import 
     return square_rowwise_kernel
 
 
+@functools.cache
+def _triton_flat_kernel():  # built on first use, like the rowwise kernel
+    import triton
+    import triton.language as tl
+
+    # A few block sizes around what elementwise kernels like on H100; the best depends on numel (tail, waves).
+    configs = [triton.Config({"BLOCK_SIZE": size}, num_warps=warps)
+               for size, warps in ((1024, 4), (2048, 4), (4096, 8), (8192, 8))]
+
+    @triton.autotune(configs=configs, key=["n_elements"], do_bench=do_bench)
+    @triton.jit
+    def square_flat_kernel(x_ptr, y_ptr, n_elements, BLOCK_SIZE: tl.constexpr):
+        # One program per BLOCK_SIZE consecutive elements: reads BLOCK_SIZE elements, writes BLOCK_SIZE, in wide
+        # coalesced accesses. int64 offsets: int32 ones would wrap past 2**31 elements.
+        offsets = tl.program_id(0).to(tl.int64) * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
+        mask = offsets < n_elements
+        x = tl.load(x_ptr + offsets, mask=mask).to(tl.float32)
+        # The square in fp32, rounded once to the output dtype: what PyTorch computes for fp16 and bf16.
+        tl.store(y_ptr + offsets, (x * x).to(y_ptr.dtype.element_ty), mask=mask)
+
+    return square_flat_kernel
+
+
 CUDA_2D = cuda_kernel("square.cu", "square_2d_kernel")
+CUDA_VEC4 = {  # one kernel per dtype: 4 floats or 8 halves / bfloat16s per 16-byte vector
+    torch.float32: cuda_kernel("square.cu", "square_vec4_f32_kernel"),
+    torch.float16: cuda_kernel("square.cu", "square_vec4_f16_kernel"),
+    torch.bfloat16: cuda_kernel("square.cu", "square_vec4_bf16_kernel"),
+}
+
+# Grid-stride kernels (numba_flat, cuda_vec4) launch 256-thread blocks, as many as the GPU holds at once and no
+# more: each thread then loops. On the CPU (Numba's simulator) the grid stays tiny, so the loop is exercised.
+GRID_STRIDE_BLOCK = 256
+SIMULATOR_BLOCKS = 2
+
+
+def _grid_stride_blocks(work_items: int, device: torch.device) -> int:
+    """Blocks for a grid-stride loop over ``work_items``: one per 256 items, capped at one full wave."""
+    needed = max(1, -(-work_items // GRID_STRIDE_BLOCK))
+    if device.type != "cuda":
+        return min(needed, SIMULATOR_BLOCKS)
+    return min(needed, _blocks_per_wave(device.index if device.index is not None else torch.cuda.current_device()))
+
+
+@functools.cache
+def _blocks_per_wave(device_index: int) -> int:
+    """SM count x resident 256-thread blocks per SM (H100: 132 x 8): a multiple of the SM count."""
+    props = torch.cuda.get_device_properties(device_index)
+    threads_per_sm = getattr(props, "max_threads_per_multi_processor", 2048)
+    return props.multi_processor_count * max(1, threads_per_sm // GRID_STRIDE_BLOCK)
 
 
 # Impls ------------------------------------------------------------------------------------------------------
@@ -103,3 +163,44 @@ def square_cuda_2d(x: torch.Tensor) -> torch.Tensor:
         grid = ((n_cols + 15) // 16, (n_rows + 15) // 16)
         CUDA_2D.launch(grid, block, rows, y, n_rows, n_cols)
     return y.reshape(x.shape)
+
+
+@square.impl("triton_flat", kernels=[_triton_flat_kernel])
+def square_triton_flat(x: torch.Tensor) -> torch.Tensor:
+    """Triton, a flat 1D grid over every element; BLOCK_SIZE and num_warps autotuned per numel and dtype."""
+    import triton
+
+    flat = _as_flat(x)
+    y = torch.empty_like(flat)
+    n = flat.numel()
+    if n:
+        _triton_flat_kernel()[lambda meta: (triton.cdiv(n, meta["BLOCK_SIZE"]),)](flat, y, n)
+    return y.view(x.shape)
+
+
+@square.impl("numba_flat", dtypes=[torch.float32, torch.float16])
+def square_numba_flat(x: torch.Tensor) -> torch.Tensor:
+    """Numba @cuda.jit, a 1D grid-stride loop over the flat elements (float32, float16)."""
+    flat = _as_flat(x)
+    y = torch.empty_like(flat)
+    if flat.numel():
+        from kernelkit.ops.square_numba import square_flat_kernel
+
+        launch(square_flat_kernel, _grid_stride_blocks(flat.numel(), flat.device), GRID_STRIDE_BLOCK, flat, y)
+    return y.view(x.shape)
+
+
+@square.impl("cuda_vec4", kernels=list(CUDA_VEC4.values()), dtypes=list(CUDA_VEC4))
+def square_cuda_vec4(x: torch.Tensor) -> torch.Tensor:
+    """CUDA C++ through NVRTC: 16-byte loads and stores in a grid-stride loop (float32, float16, bfloat16)."""
+    if x.dtype not in CUDA_VEC4:
+        raise TypeError(f"cuda_vec4 takes {', '.join(map(str, CUDA_VEC4))}, got {x.dtype}")
+    flat = _as_flat(x)
+    y = torch.empty_like(flat)  # a new allocation: 256-byte aligned
+    n = flat.numel()
+    if n:
+        per_vector = 16 // flat.element_size()
+        # A view that starts off a 16-byte boundary (x[1:]) runs the kernel's scalar loop: one item per element.
+        items = -(-n // per_vector) if flat.data_ptr() % 16 == 0 else n
+        CUDA_VEC4[x.dtype].launch(_grid_stride_blocks(items, flat.device), GRID_STRIDE_BLOCK, flat, y, n)
+    return y.view(x.shape)

@@ -13,3 +13,13 @@ def square_2d_kernel(x, y):
     row, col = cuda.grid(2)
     if row < x.shape[0] and col < x.shape[1]:
         y[row, col] = x[row, col] * x[row, col]
+
+
+@cuda.jit
+def square_flat_kernel(x, y):
+    # A 1D grid-stride loop over the flat arrays: neighbouring threads touch neighbouring elements (coalesced),
+    # and a grid that fills the GPU once covers any size. Reads 1 element and writes 1 per step.
+    start = cuda.grid(1)
+    stride = cuda.gridsize(1)
+    for i in range(start, x.size, stride):
+        y[i] = x[i] * x[i]
