@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -12,7 +14,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from kernelkit import __version__, loader, runner
-from kernelkit.errors import KernelkitError
+from kernelkit.errors import CompileError, KernelkitError
 from kernelkit.ops import BUILTIN_OPS
 from kernelkit.report.table import print_report
 from kernelkit.results import CaseResult
@@ -35,6 +37,11 @@ DeviceOpt = Annotated[str | None, typer.Option(help="cpu or cuda; default: cuda 
 SizesOpt = Annotated[str | None, typer.Option(help="Comma-separated shapes, e.g. 64x48,1823x781; default: the op's.")]
 TimeoutOpt = Annotated[float, typer.Option(help="Seconds before a case is killed as TIMEOUT.")]
 DtypesOpt = Annotated[str | None, typer.Option(help="Comma-separated dtypes, e.g. float32,bf16; default: the op's.")]
+CompileModeOpt = Annotated[
+    str | None,
+    typer.Option(help="torch.compile mode of the `compile` baseline (default, max-autotune, ...); "
+                      "default: $KERNELKIT_COMPILE_MODE or default."),
+]
 
 
 @app.callback(invoke_without_command=True)
@@ -52,7 +59,7 @@ def ops_command() -> None:
         table.add_column(name)
     for name, source in BUILTIN_OPS.items():
         op = loader.load(source)[name]
-        for impl in op.impls.values():
+        for impl in op.all_impls().values():  # the registered impls, then the `compile` baseline
             dtypes = ", ".join(str(d).removeprefix("torch.") for d in (impl.dtypes or op.dtypes))
             table.add_row(name, impl.name, impl.backend, dtypes, impl.description)
     out.print(table)
@@ -69,18 +76,54 @@ def check_command(
     timeout: TimeoutOpt = runner.DEFAULT_TIMEOUT,
     as_json: Annotated[bool, typer.Option("--json", help="Print machine-readable results to stdout.")] = False,
     strict: Annotated[bool, typer.Option(help="Count SKIPPED cases as failures for the exit code.")] = False,
+    compile_mode: CompileModeOpt = None,
 ) -> None:
     """Check every case (impl x size x dtype x seed) against the op's reference, each in a worker process.
 
+    Every op also has a `compile` impl (torch.compile of its reference), run when named: --impl compile.
     Exit code: 0 when every case that ran PASSED (with --strict: and none was SKIPPED), 1 otherwise,
     2 for bad arguments, 130 when interrupted.
     """
+    if compile_mode is not None:
+        _set_compile_mode(compile_mode)
     report = _run_check(target, impl or [], device, sizes, dtypes, seeds, timeout, quiet=as_json)
     if as_json:
         print(json.dumps(_report_json(report), indent=2))
     else:
         print_report(out, report.results, report.device, report.planned, report.interrupted)
     raise typer.Exit(_exit_code(report, strict))
+
+
+@app.command("codegen")
+def codegen_command(
+    target: Annotated[str, typer.Argument(help="A built-in op name (see `kernelkit ops`) or a .py file of ops.")],
+    size: Annotated[str | None, typer.Option(help="One shape, e.g. 1823x781; default: the op's first.")] = None,
+    dtype: Annotated[str | None, typer.Option(help="One dtype, e.g. float32; default: the op's first.")] = None,
+    device: DeviceOpt = None,
+    out_dir: Annotated[
+        Path | None, typer.Option("--out", help="Folder for the code; default: ./kernelkit-codegen.")
+    ] = None,
+    op_name: Annotated[str | None, typer.Option("--op", help="The op, when the file defines several.")] = None,
+    compile_mode: CompileModeOpt = None,
+) -> None:
+    """Print and save the code torch.compile (inductor) generates for the op's reference: C++ on CPU, Triton on GPU.
+
+    The same code TORCH_LOGS=output_code shows, for one case (size x dtype). Saved as <op>_<size>_<dtype>.py.
+    Exit code: 0 when saved, 1 when the compile failed, 2 for bad arguments.
+    """
+    from kernelkit.codegen import DEFAULT_OUT_DIR, codegen
+
+    try:
+        generated = codegen(target, size, dtype, device, mode=compile_mode, op_name=op_name)
+        paths = generated.save(out_dir or DEFAULT_OUT_DIR)
+    except CompileError as exc:
+        err.print(f"[bold red]error:[/] {exc}", highlight=False)
+        raise typer.Exit(EXIT_FAILED) from None
+    except KernelkitError as exc:
+        err.print(f"[bold red]error:[/] {exc}", highlight=False)
+        raise typer.Exit(EXIT_USAGE) from None
+    print(generated.text)
+    err.print(f"saved: {', '.join(str(p) for p in paths)}", highlight=False)
 
 
 @app.command("demo")
@@ -116,6 +159,17 @@ def _run_check(
                                      seeds=seeds)
             progress.update(task, total=len(cases))
             return runner.run_cases(cases, dev, timeout=timeout, on_result=advance)
+    except KernelkitError as exc:
+        err.print(f"[bold red]error:[/] {exc}", highlight=False)
+        raise typer.Exit(EXIT_USAGE) from None
+
+
+def _set_compile_mode(mode: str) -> None:
+    """Check the mode, then hand it to the workers (spawned later, they inherit the environment)."""
+    from kernelkit.backends import compiled
+
+    try:
+        os.environ[compiled.MODE_ENV] = compiled.resolve_mode(mode)
     except KernelkitError as exc:
         err.print(f"[bold red]error:[/] {exc}", highlight=False)
         raise typer.Exit(EXIT_USAGE) from None

@@ -43,6 +43,20 @@ def load(source: str) -> dict[str, Op]:
     return _loaded[source]
 
 
+def find_op(target: str, name: str | None = None) -> Op:
+    """Op ``name`` of ``target`` (a built-in op name or a .py file); a built-in name or a file of one op needs none."""
+    ops = load(resolve(target))
+    if name is None and target in ops:
+        return ops[target]
+    if name is None and len(ops) == 1:
+        return next(iter(ops.values()))
+    if name is None:
+        raise LoadError(f"{target} defines {len(ops)} ops ({', '.join(ops)}); name the one you mean")
+    if name not in ops:
+        raise LoadError(f"no op {name!r} in {target}; ops there: {', '.join(ops)}")
+    return ops[name]
+
+
 def _import_file(path: str) -> object:
     digest = hashlib.sha256(path.encode()).hexdigest()[:10]
     name = f"kernelkit_user_{Path(path).stem}_{digest}"
@@ -77,17 +91,22 @@ def make_cases(
     dtypes: Sequence[torch.dtype] = (),
     seeds: int = 1,
 ) -> list[Case]:
-    """Every (op, impl, size, dtype, seed) asked for. Unknown impl names are an error listing the known ones."""
+    """Every (op, impl, size, dtype, seed) asked for. Unknown impl names are an error listing the known ones.
+
+    No ``impls``: every registered impl. Baselines (``compile``) run when named in ``impls``.
+    """
     if seeds < 1:
         raise SpecError(f"--seeds must be at least 1, got {seeds}")
-    known = {name for op in ops for name in op.impls}
+    known = {name for op in ops for name in op.all_impls()}
     unknown = [name for name in impls if name not in known]
     if unknown:
-        names = ", ".join(sorted(known)) or "none"
-        raise LoadError(f"unknown impl {', '.join(map(repr, unknown))}; impls here: {names}")
+        registered = ", ".join(sorted({name for op in ops for name in op.impls})) or "none"
+        baselines = ", ".join(sorted({name for op in ops for name in op.baselines}))
+        also = f"; baselines: {baselines}" if baselines else ""
+        raise LoadError(f"unknown impl {', '.join(map(repr, unknown))}; impls here: {registered}{also}")
     cases = []
     for op in ops:
-        chosen = [name for name in op.impls if not impls or name in impls]
+        chosen = [name for name in op.all_impls() if name in impls] if impls else list(op.impls)
         for impl in chosen:
             for size in sizes or op.sizes_for(device):
                 for dtype in dtypes or op.dtypes:

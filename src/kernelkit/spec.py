@@ -12,6 +12,7 @@ A user writes::
 
 from __future__ import annotations
 
+import functools
 import inspect
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -22,6 +23,9 @@ import torch
 from kernelkit.errors import SpecError
 
 BACKENDS = ("eager", "compile", "triton", "cuda", "numba")
+# Impls every op has without registering them, derived from its reference (see backends/compiled.py). They run
+# when named (--impl compile); an impl the user registers under the same name replaces the derived one.
+BASELINES = ("compile",)
 
 # Per-dtype floor of the tolerance: (atol, rtol). An element passes when it is within this floor plus twice
 # the reference's own low-precision error (see verify.py). The floors are PyTorch's assert_close defaults.
@@ -76,8 +80,9 @@ def seeded_normal(size: Size, dtype: torch.dtype, device: torch.device | str, se
 class Impl:
     """One implementation of an op, bound to a backend.
 
-    ``kernels`` are objects with a ``compile()`` method (e.g. CUDA kernels); where the impl cannot run
-    (no GPU) they are still compiled, so a build error is caught anyway.
+    ``kernels`` are the kernels the impl launches. CUDA kernels (objects with ``compile()``) are compiled even
+    where the impl cannot run (no GPU), so a build error is caught anyway; autotuned Triton kernels (or the
+    cached builders that return them) have their chosen config recorded with each case.
     """
 
     name: str
@@ -104,6 +109,24 @@ class Op:
     impls: dict[str, Impl] = field(default_factory=dict)
     description: str = ""
 
+    @functools.cached_property
+    def baselines(self) -> dict[str, Impl]:
+        """Impls derived from the reference (``compile``), minus any the user registered under the same name.
+
+        They run when named (``--impl compile``); built lazily because torch.compile is heavy to import.
+        """
+        from kernelkit.backends import compiled
+
+        return {name: compiled.baseline_impl(self) for name in BASELINES if name not in self.impls}
+
+    def all_impls(self) -> dict[str, Impl]:
+        """Registered impls, in order, then the baselines."""
+        return {**self.impls, **self.baselines}
+
+    def get_impl(self, name: str) -> Impl:
+        """A registered impl or a baseline, by name; KeyError when neither."""
+        return self.impls[name] if name in self.impls else self.baselines[name]
+
     def impl(
         self,
         name: str,
@@ -115,8 +138,10 @@ class Op:
         """Register the decorated function as impl ``name``; returns the function unchanged.
 
         The backend defaults to the name's first word (``triton_flat`` -> triton, ``cuda_2d`` -> cuda).
-        kernels: compilable kernels the impl launches (compiled even where they cannot run, to catch build
-        errors); dtypes: the dtypes it supports, when fewer than the op's (others are SKIPPED).
+        kernels: the kernels the impl launches (CUDA kernels are compiled even where they cannot run, to catch
+        build errors; autotuned Triton kernels get their chosen config recorded); dtypes: the dtypes it
+        supports, when fewer than the op's (others are SKIPPED).
+        An impl named ``compile`` replaces the op's torch.compile baseline of that name.
         """
         resolved = backend or _backend_from_name(name)
         if resolved not in BACKENDS:
@@ -126,6 +151,7 @@ class Op:
 
         def register(fn: Callable[..., Any]) -> Callable[..., Any]:
             doc = inspect.getdoc(fn) or ""
+            self.__dict__.pop("baselines", None)  # a registered `compile` replaces the derived one
             self.impls[name] = Impl(name, resolved, fn, tuple(kernels), tuple(dtypes), doc.split("\n")[0])
             return fn
 

@@ -1,0 +1,191 @@
+"""kernelkit.torch_op: any impl as a torch.library custom op that works in models and under torch.compile."""
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+
+import kernelkit as kk
+from kernelkit import loader
+from kernelkit.errors import SpecError
+from kernelkit.torch_ops import schema_of
+
+SQUARE = loader.find_op("square")
+
+# Inputs at the edges the wrapper handles: a non-power-of-two block, a transposed (non-contiguous) view whose
+# output layout differs from the reference's, one row, and the empty input.
+EDGE_INPUTS = {
+    "7x5": lambda: torch.randn(7, 5),
+    "transposed": lambda: torch.randn(6, 4).t(),
+    "one_row": lambda: torch.randn(1, 9),
+    "empty": lambda: torch.randn(0, 5),
+}
+
+
+@pytest.fixture(scope="module")
+def square_eager():
+    return kk.torch_op(SQUARE, "eager")
+
+
+@pytest.mark.parametrize("shape", list(EDGE_INPUTS))
+def test_opcheck_square_eager(square_eager, shape):
+    x = EDGE_INPUTS[shape]()
+    torch.library.opcheck(square_eager, (x,))
+    torch.testing.assert_close(square_eager(x), x * x, rtol=0, atol=0)
+
+
+def test_opcheck_square_eager_with_gradients(square_eager):
+    x = torch.randn(7, 5, requires_grad=True)
+    torch.library.opcheck(square_eager, (x,))
+    (grad,) = torch.autograd.grad(square_eager(x).sum(), x)
+    torch.testing.assert_close(grad, 2 * x.detach())  # the reference's gradient
+
+
+TRITON_OPCHECK = textwrap.dedent("""
+    from kernelkit import backends
+    backends.prepare_process("cpu")  # TRITON_INTERPRET=1 before triton is imported: the kernel runs on the CPU
+    import torch
+    import kernelkit as kk
+    from kernelkit import loader
+
+    op = kk.torch_op(loader.find_op("square"), "triton_rowwise")
+    assert str(op) == "kernelkit.square_triton_rowwise", op
+    for x in (torch.randn(7, 5), torch.randn(6, 4).t(), torch.randn(0, 5), torch.randn(3, 5, requires_grad=True)):
+        torch.library.opcheck(op, (x,))
+        torch.testing.assert_close(op(x), x * x, rtol=0, atol=0)
+    print("opcheck ok")
+""")
+
+
+@pytest.mark.slow
+def test_opcheck_square_triton_rowwise_in_the_interpreter():
+    # A subprocess: Triton reads TRITON_INTERPRET when a kernel is defined, and this test process may have
+    # imported triton already (inductor does) without it.
+    proc = subprocess.run([sys.executable, "-c", TRITON_OPCHECK], capture_output=True, text=True, timeout=180,
+                          env={**os.environ})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "opcheck ok" in proc.stdout
+
+
+class TinyModel(torch.nn.Module):
+    """A linear layer, then the custom op: (rows, 5) float32 -> (rows, 3) float32."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = torch.nn.Linear(5, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.ops.kernelkit.square_eager(self.linear(x)) + 1
+
+
+def test_model_with_the_op_compiles_fullgraph_and_matches_the_reference(square_eager):
+    torch.manual_seed(0)
+    model = TinyModel()
+    compiled = torch.compile(model, fullgraph=True)  # fullgraph: a graph break would raise
+    x = torch.randn(4, 5)
+    out = compiled(x)
+    expected = SQUARE.reference(model.linear(x)) + 1
+    torch.testing.assert_close(out, expected)
+    out.sum().backward()
+    got = model.linear.weight.grad.clone()
+    model.zero_grad()
+    expected.sum().backward()
+    torch.testing.assert_close(got, model.linear.weight.grad)
+
+
+def test_registering_again_returns_the_same_op_and_names_are_guarded(square_eager):
+    assert kk.torch_op(SQUARE, "eager") is square_eager
+    assert kk.torch_op("square", "eager") is square_eager
+    assert str(square_eager) == "kernelkit.square_eager"
+    with pytest.raises(SpecError, match="already impl 'eager' of op 'square'; pass name="):
+        kk.torch_op(SQUARE, "triton_rowwise", name="square_eager")
+    torch.library.custom_op("kernelkit::made_elsewhere", lambda x: x.clone(), mutates_args=(),
+                            schema="(Tensor x) -> Tensor")
+    with pytest.raises(SpecError, match="made_elsewhere is already defined outside kernelkit.torch_op"):
+        kk.torch_op(SQUARE, "eager", name="made_elsewhere")
+    with pytest.raises(SpecError, match="not an identifier"):
+        kk.torch_op(SQUARE, "eager", name="square.eager")
+
+
+def test_unknown_impl_and_the_compile_baseline_are_clear_errors():
+    with pytest.raises(SpecError, match="op 'square' has no impl 'fast'; its impls: eager, triton_rowwise"):
+        kk.torch_op(SQUARE, "fast")
+    with pytest.raises(SpecError, match="'compile' is torch.compile of the reference itself"):
+        kk.torch_op(SQUARE, "compile")
+
+
+@kk.op(sizes=[(4, 3)])
+def axpy_rowsum(x, y, alpha: float = 2.0, *, relu: bool = False):
+    """(alpha * x + y, optionally relu'd; its row sums): (M, N) x2 -> (M, N), (M,)."""
+    out = alpha * x + y
+    return (out.relu() if relu else out), out.sum(-1)
+
+
+@axpy_rowsum.impl("eager_fused")
+def axpy_rowsum_eager(x, y, alpha=2.0, *, relu=False):
+    out = torch.add(y, x, alpha=alpha)
+    return (torch.relu(out) if relu else out), out.sum(-1)
+
+
+def test_schema_is_read_off_the_reference():
+    assert schema_of(SQUARE) == "(Tensor x) -> Tensor"
+    assert schema_of(axpy_rowsum) == "(Tensor x, Tensor y, float alpha=2.0, *, bool relu=False) -> (Tensor, Tensor)"
+
+    @kk.op(sizes=[(4,)])
+    def scaled(x: torch.Tensor, bias: torch.Tensor | None = None, n: int = 2, how: str = "a") -> torch.Tensor:
+        return x * n if bias is None else x * n + bias
+
+    assert schema_of(scaled) == '(Tensor x, Tensor? bias=None, SymInt n=2, str how="a") -> Tensor'
+
+
+def test_signatures_an_operator_cannot_take_are_spec_errors():
+    @kk.op(sizes=[(4,)], inputs=lambda size, dtype, device, seed: (torch.ones(size),))
+    def star(x, *rest):
+        return x
+
+    @kk.op(sizes=[(4,)])
+    def listy(x, dims=(0,)):
+        return x.sum(dims)
+
+    @kk.op(sizes=[(4,)])
+    def count(x):
+        return int(x.numel())
+
+    with pytest.raises(SpecError, match=r"fixed signature, but the reference takes \*rest"):
+        schema_of(star)
+    with pytest.raises(SpecError, match=r"parameter 'dims' \(tuple\) has no operator type"):
+        schema_of(listy)
+    with pytest.raises(SpecError, match="the reference returns a int; an operator returns a tensor"):
+        schema_of(count)
+
+
+def test_tuple_outputs_keyword_only_arguments_and_gradients():
+    op = kk.torch_op(axpy_rowsum, "eager_fused")
+    x, y = torch.randn(4, 3, requires_grad=True), torch.randn(4, 3, requires_grad=True)
+    torch.library.opcheck(op, (x, y, 0.5), {"relu": True})
+    out, sums = op(x, y, 0.5, relu=True)
+    ref_out, ref_sums = axpy_rowsum.reference(x, y, 0.5, relu=True)
+    torch.testing.assert_close((out, sums), (ref_out, ref_sums))
+    got = torch.autograd.grad((out.sum() + sums.sum()), (x, y))
+    expected = torch.autograd.grad((ref_out.sum() + ref_sums.sum()), (x, y))
+    torch.testing.assert_close(got, expected)
+
+
+def test_outputs_are_fresh_even_when_the_impl_returns_a_view_of_an_input():
+    @kk.op(sizes=[(4, 3)])
+    def first_rows(x):
+        return x[:2].clone()
+
+    @first_rows.impl("eager_view")
+    def first_rows_view(x):
+        return x[:2]  # a view of the input: legal in Python, not for a custom op
+
+    op = kk.torch_op(first_rows, "eager_view")
+    x = torch.randn(4, 3)
+    out = op(x)
+    assert out.untyped_storage().data_ptr() != x.untyped_storage().data_ptr()
+    torch.testing.assert_close(out, x[:2])
+    torch.library.opcheck(op, (x,))
