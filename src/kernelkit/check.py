@@ -5,6 +5,7 @@ The runner calls this inside a worker process; tests and debuggers may call it d
 
 from __future__ import annotations
 
+import sysconfig
 import time
 import traceback
 from collections.abc import Sequence
@@ -21,11 +22,13 @@ from kernelkit.spec import Case, Impl, Op, parse_dtype
 # The second input set (stale-output probe) uses a seed far from any the user is likely to pick.
 STALE_SEED_OFFSET = 7_919_000
 _PACKAGE_DIR = Path(__file__).resolve().parent
+_LIBRARY_DIRS = tuple({Path(p).resolve() for key in ("stdlib", "platstdlib", "purelib", "platlib")
+                       if (p := sysconfig.get_paths().get(key))})
 
 
 def check_case(case: Case, op: Op, device: str) -> CaseResult:
     """Run ``case`` and return its result; every exception becomes a status, none escapes."""
-    impl = op.impls[case.impl]
+    impl = op.get_impl(case.impl)
     result = CaseResult(
         op=case.op, impl=case.impl, backend=impl.backend, size=case.size, dtype=case.dtype, seed=case.seed,
         device=device, status=Status.SKIPPED,
@@ -58,7 +61,9 @@ def _judge(result: CaseResult, op: Op, impl: Impl, case: Case, device: str) -> N
     result.bytes, result.flops = op.cost(inputs, los)
 
     snapshot = verify.clone_inputs(inputs)
+    before = backends.build_state(op, impl)
     outs = _call(impl, inputs, los, device)
+    result.details.update(backends.build_details(op, impl, before))  # tuning and compile time, apart from run time
     verdict = _verdict(inputs, snapshot, outs, refs, los, atol, rtol)
     if verdict.comparison is not None:
         result.max_abs_err = verdict.comparison.max_abs_err
@@ -103,7 +108,11 @@ def _call(impl: Impl, inputs: Sequence[Any], expected: Sequence[torch.Tensor], d
     _poison_free_memory(expected)
     outs = verify.as_outputs(impl.fn(*inputs))
     if device == "cuda":
-        torch.cuda.synchronize()  # surface asynchronous kernel errors inside this case
+        try:
+            torch.cuda.synchronize()  # surface asynchronous kernel errors inside this case
+        except Exception as exc:  # noqa: BLE001 - re-raised with where it came from
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise RuntimeError(f"a kernel launched by the impl failed after the impl returned: {first}") from None
     return outs
 
 
@@ -145,9 +154,11 @@ def describe_exception(exc: BaseException) -> str:
 
 
 def _is_user_frame(filename: str) -> bool:
-    """Frames outside kernelkit's own machinery; the built-in ops count as user code."""
+    """Frames of the user's code: not kernelkit's machinery (its built-in ops count), not installed libraries."""
     path = Path(filename).resolve()
-    return not path.is_relative_to(_PACKAGE_DIR) or path.is_relative_to(_PACKAGE_DIR / "ops")
+    if path.is_relative_to(_PACKAGE_DIR):
+        return path.is_relative_to(_PACKAGE_DIR / "ops")
+    return not any(path.is_relative_to(lib) for lib in _LIBRARY_DIRS)
 
 
 def _describe_compile_error(exc: BaseException) -> str:

@@ -7,11 +7,12 @@ Nothing here runs at import. ``prepare_process`` must be called before user code
 from __future__ import annotations
 
 import os
+from typing import Any
 
 import torch
 
 from kernelkit.errors import BackendUnavailable
-from kernelkit.spec import Impl, dtype_name
+from kernelkit.spec import Impl, Op, dtype_name
 
 
 def prepare_process(device: str) -> None:
@@ -57,9 +58,48 @@ def _compile_then_require_gpu(impl: Impl, device: str) -> None:
     built = [k.compile() for k in impl.kernels]  # a syntax error is caught even where nothing can run
     if device == "cuda":
         return
-    how = "; ".join(str(b) for b in built) if built else "nothing to compile"
     where = "no GPU" if not torch.cuda.is_available() else "CUDA kernels run only with --device cuda"
-    raise BackendUnavailable(f"{where} (compiled: {how})")
+    if not built:
+        raise BackendUnavailable(f"{where} (the impl lists no kernels to compile)")
+    raise BackendUnavailable(f"{where}; it compiled: {', '.join(_build_summary(b) for b in built)}")
+
+
+def _build_summary(build: object) -> str:
+    """'square_2d_kernel for sm_90 (nvrtc)': what was built, without timings that differ run to run."""
+    name, arch, compiler = (getattr(build, attr, None) for attr in ("name", "arch", "compiler"))
+    return f"{name} for {arch} ({compiler})" if name and arch and compiler else str(build)
+
+
+def build_state(op: Op, impl: Impl) -> dict[str, Any]:
+    """What the impl's builds looked like before a call, for ``build_details`` to tell what the call built."""
+    state: dict[str, Any] = {}
+    if impl.backend == "triton":
+        from kernelkit.backends import triton as triton_backend
+
+        state["autotune"] = triton_backend.autotune_state(impl.kernels)
+    elif impl.backend == "compile":
+        from kernelkit.backends import compiled
+
+        state["compile_seconds"] = compiled.compile_seconds(op.name)
+    return state
+
+
+def build_details(op: Op, impl: Impl, before: dict[str, Any]) -> dict[str, Any]:
+    """Autotuning (config chosen, seconds) and torch.compile time spent by the calls since ``build_state``."""
+    details: dict[str, Any] = {}
+    if "autotune" in before:
+        from kernelkit.backends import triton as triton_backend
+
+        tuning = triton_backend.autotune_details(impl.kernels, before["autotune"])
+        if tuning:
+            details["autotune"] = tuning
+    if "compile_seconds" in before:
+        from kernelkit.backends import compiled
+
+        spent = compiled.compile_seconds(op.name) - before["compile_seconds"]
+        if spent:
+            details["compile_seconds"] = spent
+    return details
 
 
 def is_compile_error(exc: BaseException) -> bool:
