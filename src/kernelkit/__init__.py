@@ -11,11 +11,14 @@ The public API is small::
     report = kk.check("my_kernels.py")     # or a built-in op name: kk.check("square")
 """
 
-from kernelkit.backends.cuda import CudaKernel, cuda_kernel
+from kernelkit.backends.compiled import compile_seconds
+from kernelkit.backends.cuda import CudaKernel, InlineExtension, cuda_kernel, load_inline
+from kernelkit.codegen import GeneratedCode, codegen
 from kernelkit.errors import BackendUnavailable, CompileError, KernelkitError, LaunchError, LoadError, SpecError
 from kernelkit.results import CaseResult, Status
 from kernelkit.runner import RunReport, check, run_cases
 from kernelkit.spec import Case, Impl, Op, op
+from kernelkit.torch_ops import torch_op
 
 __version__ = "0.1.0"
 
@@ -25,7 +28,9 @@ __all__ = [
     "CaseResult",
     "CompileError",
     "CudaKernel",
+    "GeneratedCode",
     "Impl",
+    "InlineExtension",
     "KernelkitError",
     "LaunchError",
     "LoadError",
@@ -34,7 +39,11 @@ __all__ = [
     "SpecError",
     "Status",
     "check",
+    "codegen",
+    "compile_seconds",
     "cuda_kernel",
+    "load_inline",
     "op",
     "run_cases",
+    "torch_op",
 ]

@@ -36,6 +36,7 @@ from kernelkit.backends.cuda.build import (
     _read_cubin,
     _write_cubin,
 )
+from kernelkit.backends.cuda.inline import BuiltExtension, InlineExtension, load_inline
 from kernelkit.backends.cuda.signature import (
     Converter,
     Param,
@@ -47,8 +48,8 @@ from kernelkit.backends.cuda.signature import (
 from kernelkit.cache import content_key
 from kernelkit.errors import BackendUnavailable, LaunchError, LoadError
 
-__all__ = ["DEFAULT_OPTIONS", "CompiledKernel", "CudaKernel", "Param", "cuda_kernel", "default_arch",
-           "extern_c_kernels", "grid_1d", "kernel_params", "launch_dims"]
+__all__ = ["DEFAULT_OPTIONS", "BuiltExtension", "CompiledKernel", "CudaKernel", "InlineExtension", "Param",
+           "cuda_kernel", "default_arch", "extern_c_kernels", "grid_1d", "kernel_params", "launch_dims", "load_inline"]
 
 DEFAULT_OPTIONS = ("-std=c++17", "-lineinfo")  # line info lets profilers map SASS back to the user's lines
 

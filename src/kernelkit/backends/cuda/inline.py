@@ -1,0 +1,474 @@
+"""Torch extensions from C++/CUDA source via ``torch.utils.cpp_extension.load_inline``: built lazily, cached by content.
+
+    ext = load_inline("square_vec4_ext", cpp_sources="torch::Tensor square_vec4(torch::Tensor x);",
+                      cuda_sources="square_inline.cu", functions=["square_vec4"])   # nothing built yet
+    y = ext.square_vec4(x)       # the first use builds (or loads from the disk cache), then calls the function
+
+Builds are for the GPU present only (not every architecture torch knows), their compiler output is shown only when
+they fail, and errors point at the user's own lines. Without a GPU, or with a CPU build of torch, ``compile()``
+proves the sources build and loads nothing: ``nvcc -cubin`` on the CUDA side (its front end type-checks host and
+device code alike, then ptxas runs; what it skips, cudafe++ and the host compiler going over torch's headers
+twice more, makes ``nvcc -c`` about 3x slower: 50 s against 15 s for square_inline.cu on 2 cores) alongside
+``c++ -fsyntax-only`` on the C++ side and the generated bindings (~20 s: torch/extension.h).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import linecache
+import os
+import re
+import shutil
+import subprocess
+import sys
+import sysconfig
+import tempfile
+import threading
+import time
+import warnings
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field, replace
+from functools import cache
+from importlib import util as importlib_util
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import torch
+
+from kernelkit.backends.cuda.build import (
+    NVCC_TIMEOUT_S,
+    _c_escape,
+    _local_includes,
+    _locate,
+    _nvcc_version,
+    _overridden,
+)
+from kernelkit.backends.cuda.signature import _COMMENT
+from kernelkit.cache import cache_dir, content_key, write_atomic
+from kernelkit.errors import BackendUnavailable, CompileError, LoadError, SpecError
+
+__all__ = ["BuiltExtension", "InlineExtension", "load_inline"]
+
+SOURCE_SUFFIXES = (".cu", ".cuh", ".cpp", ".cc", ".cxx", ".h", ".hpp")
+DEFAULT_CUDA_HOME = Path("/usr/local/cuda")  # torch's last guess too, after $CUDA_HOME and nvcc on PATH
+STALE_BUILD_S = 3600  # a build directory this old was left by a killed process
+# What load_inline puts around the user's text (torch/utils/cpp_extension.py), reproduced for the compile-only check.
+_CPP_PRELUDE = "#include <torch/extension.h>"
+_CUDA_PRELUDE = "#include <torch/types.h>\n#include <cuda.h>\n#include <cuda_runtime.h>"
+_BINDINGS_FILE = "load_inline-bindings.cpp"  # what errors in the generated PYBIND11_MODULE block point at
+_NINJA_NOISE = re.compile(r"^(\[\d+/\d+\] |ninja: |Error building extension )")
+
+Source = str | os.PathLike[str]
+
+
+@dataclass(frozen=True)
+class BuiltExtension:
+    """The result of ``InlineExtension.compile()``. ``module`` is None where nothing could be loaded (no GPU).
+
+    arch: ``sm_XY`` built for (``host`` for a C++-only extension); seconds: to build, or to load from the cache.
+    """
+
+    name: str
+    arch: str
+    compiler: str
+    seconds: float
+    cached: bool
+    module: ModuleType | None = field(default=None, repr=False)
+
+    def __str__(self) -> str:
+        what = "extension" if self.module is not None else f"compile-only check ({self.compiler}), nothing loaded"
+        if self.cached:
+            return f"{self.name}: {self.arch} {what} (from cache, {self.seconds:.2f} s)"
+        by = f" by {self.compiler}" if self.module is not None else ""
+        return f"{self.name}: {self.arch} {what}{by} in {self.seconds:.1f} s"
+
+
+@dataclass(frozen=True)
+class _Source:
+    text: str
+    file: str  # where compiler errors should point
+    path: Path | None  # the file it was read from; None for text given inline
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """One build, decided for this machine: what load_inline (or the compile-only check) gets, and its key."""
+
+    name: str
+    key: str
+    module: str  # the Python module name: unique per key, so two versions never collide in one process
+    arch: str
+    loadable: bool  # False: compile-only check (no GPU, or a CPU build of torch)
+    cpp: list[str]  # the sources as load_inline gets them: each behind a #line pointing at its origin
+    cuda: list[str]
+    includes: list[str]  # the sources' own directories, so their "quoted" includes resolve in the build directory
+    functions: tuple[str, ...]
+    cflags: tuple[str, ...]
+    cuda_cflags: tuple[str, ...]
+    std: str  # -std=c++17 or c++20, as torch's builder passes it
+
+
+def load_inline(name: str, *, cpp_sources: Source | Sequence[Source], cuda_sources: Source | Sequence[Source] = (),
+                functions: str | Sequence[str], extra_cuda_cflags: Sequence[str] = (),
+                extra_cflags: Sequence[str] = ()) -> InlineExtension:
+    """A torch extension named ``name`` binding ``functions``; built on first use (see ``InlineExtension``).
+
+    Sources are C++/CUDA text or paths to .cu/.cpp files (a relative path is relative to the calling file); files
+    are read now (a missing one is a LoadError), nothing is compiled. ``cpp_sources`` must declare each function.
+    """
+    caller = _caller_location()
+    return InlineExtension(name, _read_sources(name, cpp_sources, caller), _read_sources(name, cuda_sources, caller),
+                           functions, extra_cuda_cflags, extra_cflags, caller)
+
+
+class InlineExtension:
+    """A load_inline extension, built by ``compile()`` or on first attribute access: ``ext.square_vec4(x)``.
+
+    Usable in an impl's ``kernels=[...]``: where no GPU is present ``compile()`` only checks that it builds.
+    """
+
+    def __init__(self, name: str, cpp: tuple[_Source, ...], cuda: tuple[_Source, ...],
+                 functions: str | Sequence[str], extra_cuda_cflags: Sequence[str], extra_cflags: Sequence[str],
+                 caller: tuple[str, int]) -> None:
+        if not name.isidentifier():
+            raise SpecError(f"load_inline: name {name!r} must be a Python identifier (it names the module)")
+        self.name = name
+        self.functions = (functions,) if isinstance(functions, str) else tuple(functions)
+        self.extra_cuda_cflags, self.extra_cflags = tuple(extra_cuda_cflags), tuple(extra_cflags)
+        self._cpp, self._cuda, self._caller = cpp, cuda, caller
+        self._built: dict[str, BuiltExtension] = {}  # arch -> build
+        self._lock = threading.Lock()
+        for fn in self.functions:
+            if hasattr(type(self), fn) or fn in self.__dict__:
+                raise SpecError(f"load_inline {name!r}: function {fn!r} is hidden by InlineExtension.{fn}; rename "
+                                f"it, or call it as ext.compile().module.{fn}")
+
+    def __repr__(self) -> str:
+        return f"InlineExtension({self.name!r}, functions={list(self.functions)})"
+
+    def __getattr__(self, attr: str) -> Any:  # only called for names that are not found otherwise
+        if attr not in self.__dict__.get("functions", ()):
+            raise AttributeError(f"{self!r} has no attribute {attr!r}")
+        built = self.compile()
+        if built.module is None:
+            raise BackendUnavailable(f"no GPU: cannot call {self.name}.{attr} ({built})")
+        fn = getattr(built.module, attr)
+        self.__dict__[attr] = fn  # later calls find it directly
+        return fn
+
+    def key(self, arch: str | None = None) -> str:
+        """The build's content key: sources, functions, flags, arch, torch, nvcc and Python versions."""
+        return self._plan(arch).key
+
+    def compile(self, arch: str | None = None) -> BuiltExtension:
+        """Build (or load from the cache) and load the extension for ``arch`` (default: default_arch()).
+
+        Where it cannot be loaded (no GPU, a CPU build of torch, or ``arch`` is not the GPU's), check that it
+        compiles instead. A C++-only extension is built and loaded anywhere.
+        """
+        start = time.perf_counter()
+        target = "host" if not self._cuda else arch or _target_arch()
+        with self._lock:
+            if target in self._built:
+                return replace(self._built[target], cached=True, seconds=time.perf_counter() - start)
+            self._check_functions()
+            plan = self._plan(target)
+            built = _build(plan) if plan.loadable else _check(plan)
+            self._built[target] = replace(built, seconds=time.perf_counter() - start)
+            return self._built[target]
+
+    def _check_functions(self) -> None:
+        """Each function must be declared in cpp_sources: load_inline binds it there, and a typo would otherwise
+        surface as a compiler error in generated code, or an undefined symbol at import."""
+        declared = _COMMENT.sub(" ", "\n".join([*(s.text for s in self._cpp), *self._included(self._cpp)]))
+        defined = _COMMENT.sub(" ", "\n".join(s.text for s in self._cuda))
+        for fn in self.functions:
+            if re.search(rf"\b{re.escape(fn)}\b", declared):
+                continue
+            where = ("is defined in cuda_sources but not declared in cpp_sources, where load_inline binds it"
+                     if re.search(rf"\b{re.escape(fn)}\b", defined) else "is in neither cpp_sources nor cuda_sources")
+            raise CompileError(f"load_inline {self.name!r}: function {fn!r} (in functions=) {where}; declare it in "
+                               f"cpp_sources with its signature, e.g. 'torch::Tensor {fn}(torch::Tensor x);'")
+
+    def _included(self, sources: Sequence[_Source]) -> list[str]:
+        seen: set[Path] = set()
+        found = [data for s in sources for data in _local_includes(s.text, _directory(s, self._caller), seen)]
+        return [data.decode("utf-8", "replace") for data in found]
+
+    def _plan(self, arch: str | None) -> _Plan:
+        arch = "host" if not self._cuda else arch or _target_arch()
+        gpu = torch.version.cuda is not None and torch.cuda.is_available()
+        loadable = not self._cuda or (gpu and arch == _target_arch())
+        cpp, cuda = [_with_line(s, self._caller) for s in self._cpp], [_with_line(s, self._caller) for s in self._cuda]
+        includes = list(dict.fromkeys(str(_directory(s, self._caller)) for s in (*self._cpp, *self._cuda)))
+        std = _cxx_standard()
+        tools = _nvcc_version(str(_nvcc(loadable))) if self._cuda else os.environ.get("CXX", "c++")
+        key = content_key("load_inline 1", self.name, *cpp, "\0cuda", *cuda, *self.functions, "\0flags",
+                          repr(self.extra_cuda_cflags), repr(self.extra_cflags), std, arch, torch.__version__, tools,
+                          sysconfig.get_config_var("EXT_SUFFIX") or sys.version,
+                          *self._included(self._cpp), *self._included(self._cuda))
+        return _Plan(self.name, key, f"{self.name}_{key[:12]}", arch, loadable, cpp, cuda, includes, self.functions,
+                     self.extra_cflags, self.extra_cuda_cflags, std)
+
+
+# ---- building and loading (a GPU, or a C++-only extension) ---------------------------------------------------
+
+
+def _build(plan: _Plan) -> BuiltExtension:
+    """Load ``plan``'s .so from the cache, or build it with load_inline in a private directory and move it there."""
+    from torch.utils import cpp_extension  # heavy, and only needed here
+
+    final = cache_dir("inline", plan.key)
+    library = final / f"{plan.module}.so"
+    compiler = "nvcc" if plan.cuda else "c++"
+    if library.is_file():
+        with contextlib.suppress(ImportError):  # a damaged file is rebuilt
+            return BuiltExtension(plan.name, plan.arch, compiler, 0.0, True, _import(plan.module, library))
+    if plan.cuda:
+        _nvcc(True)
+    if not cpp_extension.is_ninja_available():
+        raise BackendUnavailable("load_inline needs ninja: pip install ninja")
+    _remove_stale_builds(final)
+    work = Path(tempfile.mkdtemp(prefix="build-", dir=final))  # private: a killed build leaves no lock behind
+    arch_list = {"TORCH_CUDA_ARCH_LIST": _torch_arch(plan.arch)} if plan.cuda else {}
+    try:
+        with _environment(arch_list), _captured_output() as output:
+            try:
+                module = cpp_extension.load_inline(
+                    plan.module, cpp_sources=[*plan.cpp, f'#line 1 "{_BINDINGS_FILE}"'], cuda_sources=[*plan.cuda],
+                    functions=list(plan.functions), extra_cflags=list(plan.cflags),
+                    extra_cuda_cflags=list(plan.cuda_cflags), extra_include_paths=plan.includes,
+                    build_directory=str(work), verbose=False)
+            except (RuntimeError, ImportError, OSError) as exc:  # ninja's failure, or an undefined symbol at import
+                error = exc
+            else:
+                error = None
+        if error is not None:
+            log = _compiler_log("\n".join([str(error), *output]))
+            raise CompileError(f"load_inline {plan.name!r} failed to build for {plan.arch} with {compiler}", log
+                               ) from None
+        os.replace(work / f"{plan.module}.so", library)  # atomic: a reader sees no .so or a whole one
+    finally:
+        shutil.rmtree(work, ignore_errors=True)  # the loaded module stays mapped
+    return BuiltExtension(plan.name, plan.arch, compiler, 0.0, False, module)
+
+
+def _import(module_name: str, library: Path) -> ModuleType:
+    spec = importlib_util.spec_from_file_location(module_name, library)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot load {library}")
+    module = importlib_util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _remove_stale_builds(final: Path) -> None:
+    for old in final.glob("build-*"):
+        with contextlib.suppress(OSError):
+            if time.time() - old.stat().st_mtime > STALE_BUILD_S:
+                shutil.rmtree(old)
+
+
+@contextlib.contextmanager
+def _environment(values: dict[str, str]) -> Iterator[None]:
+    saved = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+@contextlib.contextmanager
+def _captured_output() -> Iterator[list[str]]:
+    """Collect what the build writes to fds 1 and 2 (subprocesses included) and its warnings, instead of showing it."""
+    collected: list[str] = []
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = os.dup(1), os.dup(2)
+    with tempfile.TemporaryFile() as sink, warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        os.dup2(sink.fileno(), 1)
+        os.dup2(sink.fileno(), 2)
+        try:
+            yield collected
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            for fd, copy in zip((1, 2), saved):  # noqa: B905 - both have 2
+                os.dup2(copy, fd)
+                os.close(copy)
+            sink.seek(0)
+            collected += [sink.read().decode("utf-8", "replace"), *(str(w.message) for w in caught)]
+
+
+def _compiler_log(text: str) -> str:
+    """The compiler's messages from ninja's output: without progress lines and the (long) failed command lines."""
+    kept, after_failed = [], False
+    for line in text.splitlines():
+        if after_failed:  # ninja prints the failed command on the line after "FAILED:"
+            after_failed = False
+        elif line.startswith("FAILED:"):
+            after_failed = True
+        elif line.strip() and not _NINJA_NOISE.match(line):
+            kept.append(line)
+    return "\n".join(kept)
+
+
+# ---- the compile-only check (no GPU, or a CPU build of torch) --------------------------------------------------
+
+
+def _check(plan: _Plan) -> BuiltExtension:
+    """Compile without linking or loading; a success is remembered under the build's key."""
+    marker = cache_dir("inline", plan.key) / "checked"
+    compiler = "nvcc -cubin, c++ -fsyntax-only"
+    if marker.is_file():
+        return BuiltExtension(plan.name, plan.arch, compiler, 0.0, True)
+    from torch.utils import cpp_extension
+
+    defines = ["-DTORCH_API_INCLUDE_EXTENSION_H", f"-DTORCH_EXTENSION_NAME={plan.module}"]
+    torch_includes = cpp_extension.include_paths()
+    if not any(Path(d, "c10/cuda/impl/cuda_cmake_macros.h").is_file() for d in torch_includes):
+        # A CPU build of torch ships c10/cuda's headers without this generated one; off Windows it only sets
+        # export macros, and c10 has a switch for doing without it.
+        defines.append("-DC10_CUDA_NO_CMAKE_CONFIGURE_FILE")
+    includes = [f"-I{d}" for d in [*torch_includes, sysconfig.get_paths()["include"], *plan.includes]]
+    with tempfile.TemporaryDirectory(prefix="kernelkit-inline-") as tmp:
+        commands = []
+        if plan.cuda:
+            source = Path(tmp, "cuda.cu")
+            source.write_text("\n".join([_CUDA_PRELUDE, *plan.cuda]), encoding="utf-8")
+            flags = [*_std(plan.std, plan.cuda_cflags), *getattr(cpp_extension, "COMMON_NVCC_FLAGS", ())]
+            commands.append([str(_nvcc(False)), "-cubin", f"-arch={plan.arch}", *flags, *defines, *includes,
+                             *plan.cuda_cflags, "-o", str(Path(tmp, "cuda.cubin")), str(source)])
+        source = Path(tmp, "main.cpp")
+        bindings = [f'm.def("{fn}", torch::wrap_pybind_function({fn}), "{fn}");' for fn in plan.functions]
+        source.write_text("\n".join([_CPP_PRELUDE, *plan.cpp, f'#line 1 "{_BINDINGS_FILE}"',
+                                     "PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {", *bindings, "}"]), encoding="utf-8")
+        cxx = os.environ.get("CXX", "c++")
+        if shutil.which(cxx) is None:
+            raise BackendUnavailable(f"no C++ compiler: {cxx!r} is not on PATH; install g++ (or set $CXX)")
+        commands.append([cxx, "-fsyntax-only", "-x", "c++", *_std(plan.std, plan.cflags), *defines, *includes,
+                         *plan.cflags, str(source)])
+        _run_all(plan, commands, Path(tmp))
+    write_atomic(marker, f"{compiler}\n".encode())
+    return BuiltExtension(plan.name, plan.arch, compiler, 0.0, False)
+
+
+def _run_all(plan: _Plan, commands: list[list[str]], tmp: Path) -> None:
+    """Run ``commands`` side by side; the first to fail stops the others and becomes a CompileError."""
+    logs = [tmp / f"{i}.log" for i in range(len(commands))]
+    running: list[subprocess.Popen[bytes]] = []
+    try:
+        for command, log in zip(commands, logs):  # noqa: B905 - same length
+            with log.open("wb") as out:
+                running.append(subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, cwd=tmp))
+        deadline = time.monotonic() + NVCC_TIMEOUT_S
+        while not any(p.poll() for p in running) and any(p.returncode is None for p in running):
+            if time.monotonic() > deadline:
+                raise CompileError(f"load_inline {plan.name!r}: the compile-only check ran over {NVCC_TIMEOUT_S} s")
+            time.sleep(0.05)
+    finally:
+        stopped = [p for p in running if p.poll() is None]
+        for p in stopped:
+            p.kill()
+            p.wait()
+    for command, process, log in zip(commands, running, logs):  # noqa: B905 - same length
+        if process.returncode and process not in stopped:
+            raise CompileError(f"load_inline {plan.name!r} failed to compile for {plan.arch} "
+                               f"({Path(command[0]).name}, compile-only check)",
+                               log.read_text(encoding="utf-8", errors="replace").strip())
+
+
+# ---- sources, tools and targets ----------------------------------------------------------------------------------
+
+
+def _read_sources(name: str, sources: Source | Sequence[Source], caller: tuple[str, int]) -> tuple[_Source, ...]:
+    items = [sources] if isinstance(sources, (str, os.PathLike)) else list(sources)
+    read = []
+    for item in items:
+        text = os.fspath(item)
+        if not isinstance(item, os.PathLike) and ("\n" in text or not text.strip().endswith(SOURCE_SUFFIXES)):
+            read.append(_Source(text, caller[0], None))
+            continue
+        path = Path(text).expanduser()
+        if not path.is_absolute():
+            path = (Path(caller[0]).parent if Path(caller[0]).is_file() else Path.cwd()) / path
+        try:
+            read.append(_Source(path.read_text(encoding="utf-8"), str(path), path))
+        except OSError as exc:
+            raise LoadError(f"load_inline {name!r}: source not found at {path} ({exc.strerror}); a relative path is "
+                            f"relative to the calling file {caller[0]}: fix it or give an absolute path") from None
+    return tuple(read)
+
+
+def _with_line(source: _Source, caller: tuple[str, int]) -> str:
+    """The source behind a ``#line`` naming where it sits, so compiler errors point at the user's file and line."""
+    line = 1 if source.path is not None else _locate(source.text, linecache.getlines(caller[0]), caller[1])
+    return f'#line {line} "{_c_escape(source.file)}"\n{source.text}'
+
+
+def _directory(source: _Source, caller: tuple[str, int]) -> Path:
+    return source.path.parent if source.path is not None else Path(caller[0]).resolve().parent
+
+
+def _target_arch() -> str:
+    from kernelkit.backends.cuda import default_arch  # here: the package imports this module
+
+    return default_arch()
+
+
+def _torch_arch(arch: str) -> str:
+    """``sm_90`` -> ``9.0``, ``sm_90a`` -> ``9.0a``: the spelling of TORCH_CUDA_ARCH_LIST."""
+    match = re.fullmatch(r"sm_(\d+)(\d)([a-z]?)", arch)
+    if match is None:
+        raise SpecError(f"cannot build a torch extension for arch {arch!r}; expected sm_XY (e.g. sm_90)")
+    return f"{match[1]}.{match[2]}{match[3]}"
+
+
+@cache
+def _cxx_standard() -> str:
+    """The -std torch's own extension builder passes (c++17 in older torch, c++20 in 2.13, whose headers warn under
+    c++17), read from its ninja-file writer so the check compiles as the real build does."""
+    from torch.utils import cpp_extension
+
+    text = Path(cpp_extension.__file__).read_text(encoding="utf-8", errors="replace")
+    found = re.search(r"\['-fPIC', '-std=(c\+\+\d+)'\]", text)
+    return f"-std={found[1] if found else 'c++17'}"
+
+
+def _std(std: str, user: Sequence[str]) -> list[str]:
+    return [] if _overridden(std, user) else [std]
+
+
+def _nvcc(loadable: bool) -> Path:
+    """The nvcc a build uses: torch's CUDA_HOME when it builds for real; for the check, the same search torch makes
+    ($CUDA_HOME, $CUDA_PATH, PATH, /usr/local/cuda). BackendUnavailable, saying what to install, if there is none."""
+    if loadable:
+        from torch.utils import cpp_extension
+
+        roots = [cpp_extension.CUDA_HOME]
+    else:
+        on_path = shutil.which("nvcc")
+        roots = [os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"),
+                 Path(on_path).parent.parent if on_path else None, DEFAULT_CUDA_HOME]
+    found = next((Path(r, "bin", "nvcc") for r in roots if r and Path(r, "bin", "nvcc").is_file()), None)
+    if found is None:
+        raise BackendUnavailable(
+            "load_inline needs nvcc, the CUDA toolkit's compiler, and found none in $CUDA_HOME, on PATH or in "
+            f"{DEFAULT_CUDA_HOME}: install the CUDA toolkit (for torch's CUDA {torch.version.cuda or '12 or 13'}, "
+            "e.g. apt install cuda-toolkit-13-0, or pip install nvidia-cuda-nvcc) and set CUDA_HOME to it")
+    return found
+
+
+def _caller_location() -> tuple[str, int]:
+    """(file, line) of the nearest frame outside this module."""
+    frame = sys._getframe(1)
+    while frame.f_back is not None and frame.f_globals.get("__name__") == __name__:
+        frame = frame.f_back
+    return frame.f_code.co_filename, frame.f_lineno
