@@ -148,7 +148,8 @@ def test_empty_input_gives_empty_output_without_a_launch(shape: tuple[int, ...],
     for dtype in (torch.float32, torch.float16):
         x = torch.empty(shape, dtype=dtype)
         for name, impl in IMPLS.items():
-            if impl.dtypes and dtype not in impl.dtypes:
+            # cuda_inline_vec4's empty-input rule is in its C++ wrapper (tests/test_backend_inline.py, on a GPU).
+            if (impl.dtypes and dtype not in impl.dtypes) or name == "cuda_inline_vec4":
                 continue
             y = impl.fn(x)
             assert (y.shape, y.dtype, y.device) == (x.shape, x.dtype, x.device), name

@@ -8,7 +8,7 @@ from __future__ import annotations
 import sysconfig
 import time
 import traceback
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -26,8 +26,12 @@ _LIBRARY_DIRS = tuple({Path(p).resolve() for key in ("stdlib", "platstdlib", "pu
                        if (p := sysconfig.get_paths().get(key))})
 
 
-def check_case(case: Case, op: Op, device: str) -> CaseResult:
-    """Run ``case`` and return its result; every exception becomes a status, none escapes."""
+def check_case(case: Case, op: Op, device: str, on_built: Callable[[], None] | None = None) -> CaseResult:
+    """Run ``case`` and return its result; every exception becomes a status, none escapes.
+
+    ``on_built`` is called once the impl's kernels are built and the case itself starts (the runner starts the
+    case's timeout there: a first build may legitimately take a minute).
+    """
     impl = op.get_impl(case.impl)
     result = CaseResult(
         op=case.op, impl=case.impl, backend=impl.backend, size=case.size, dtype=case.dtype, seed=case.seed,
@@ -36,6 +40,8 @@ def check_case(case: Case, op: Op, device: str) -> CaseResult:
     start = time.perf_counter()
     try:
         backends.ensure_runnable(impl, parse_dtype(case.dtype), device)
+        if on_built is not None:
+            on_built()
         _judge(result, op, impl, case, device)
     except BackendUnavailable as exc:
         result.status, result.message = Status.SKIPPED, str(exc)

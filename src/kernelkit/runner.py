@@ -26,10 +26,12 @@ from kernelkit.results import CaseResult, Status
 from kernelkit.spec import Case, Size
 
 DEFAULT_TIMEOUT = 60.0
+BUILD_TIMEOUT = 900.0  # loading the op and building its kernels (a cold load_inline build takes a minute)
 STARTUP_TIMEOUT = 300.0  # importing torch, triton and numba on a slow, busy machine
 LOG_TAIL_CHARS = 4000
 
 OnResult = Callable[[CaseResult], None]
+_BUILT = "built"  # the worker's message between a case's build and its run
 
 
 @dataclass
@@ -123,12 +125,12 @@ def run_cases(
     return report
 
 
-def _run_here(case: Case, device: str) -> CaseResult:
+def _run_here(case: Case, device: str, on_built: Callable[[], None] | None = None) -> CaseResult:
     try:
         op = loader.load(case.source)[case.op]
     except Exception as exc:  # noqa: BLE001 - reported as the case's status
         return _failed(case, device, Status.RUNTIME_ERROR, describe_exception(exc))
-    return check_case(case, op, device)
+    return check_case(case, op, device, on_built)
 
 
 def _failed(case: Case, device: str, status: Status, message: str, log: str = "") -> CaseResult:
@@ -155,26 +157,34 @@ class _Worker:
         assert self.conn is not None and self.process is not None
         offset = self.log_path.stat().st_size if self.log_path.exists() else 0
         self.conn.send(case)
-        result: CaseResult | None = None
-        if self.conn.poll(timeout):
-            try:
-                result = self.conn.recv()
-            except (EOFError, OSError):
-                result = None
-            if result is None:
-                result = _failed(case, self.device, Status.CRASHED, self._death_message())
-                self._discard()
-        else:
+        # Two clocks: loading the op and building its kernels, then the case itself (see check_case's on_built).
+        reply = self._await(case, BUILD_TIMEOUT, "while loading the op and building its kernels")
+        if reply == _BUILT:
+            reply = self._await(case, timeout, "")
+        if not isinstance(reply, CaseResult):
             self._discard()
-            result = _failed(
-                case, self.device, Status.TIMEOUT,
-                f"no result after {timeout:g} s; the worker was killed (raise --timeout if the case is only slow)",
-            )
+            reply = _failed(case, self.device, Status.CRASHED, f"the worker sent {reply!r} instead of a result")
+        result = reply
         if result.status.failed:
             result.log = self._log_since(offset)
         if result.details.get("context_lost"):
             self._discard()
         return result
+
+    def _await(self, case: Case, seconds: float, phase: str) -> object:
+        """The worker's next message; a TIMEOUT or CRASHED result when none comes (the worker is discarded)."""
+        assert self.conn is not None
+        if self.conn.poll(seconds):
+            try:
+                return self.conn.recv()
+            except (EOFError, OSError):
+                message = self._death_message()
+                self._discard()
+                return _failed(case, self.device, Status.CRASHED, message)
+        self._discard()
+        hint = "raise --timeout if the case is only slow" if not phase else "a build that never ends?"
+        return _failed(case, self.device, Status.TIMEOUT,
+                       f"no result after {seconds:g} s{' ' + phase if phase else ''}; the worker was killed ({hint})")
 
     def _start(self) -> str:
         ctx = multiprocessing.get_context("spawn")
@@ -248,7 +258,7 @@ def _worker_main(conn: multiprocessing.connection.Connection, device: str, log_p
             return
         if case is None:
             return
-        result = _run_here(case, device)
+        result = _run_here(case, device, on_built=lambda: conn.send(_BUILT))
         sys.stdout.flush()
         sys.stderr.flush()
         conn.send(result)

@@ -15,7 +15,7 @@ import math
 
 import torch
 
-from kernelkit.backends.cuda import cuda_kernel
+from kernelkit.backends.cuda import cuda_kernel, load_inline
 from kernelkit.backends.numba import launch
 from kernelkit.backends.triton import do_bench
 from kernelkit.spec import op
@@ -88,6 +88,15 @@ def _triton_flat_kernel():  # built on first use, like the rowwise kernel
 
 
 CUDA_2D = cuda_kernel("square.cu", "square_2d_kernel")
+# The same float4 kernel as a PyTorch C++ extension through torch's load_inline (the lectures' path): the
+# wrapper in square_inline.cu checks, allocates and launches on the current stream.
+SQUARE_INLINE = load_inline(
+    "square_vec4_ext",
+    cpp_sources="torch::Tensor square_vec4(torch::Tensor x);",
+    cuda_sources="square_inline.cu",
+    functions=["square_vec4"],
+)
+
 CUDA_VEC4 = {  # one kernel per dtype: 4 floats or 8 halves / bfloat16s per 16-byte vector
     torch.float32: cuda_kernel("square.cu", "square_vec4_f32_kernel"),
     torch.float16: cuda_kernel("square.cu", "square_vec4_f16_kernel"),
@@ -204,3 +213,9 @@ def square_cuda_vec4(x: torch.Tensor) -> torch.Tensor:
         items = -(-n // per_vector) if flat.data_ptr() % 16 == 0 else n
         CUDA_VEC4[x.dtype].launch(_grid_stride_blocks(items, flat.device), GRID_STRIDE_BLOCK, flat, y, n)
     return y.view(x.shape)
+
+
+@square.impl("cuda_inline_vec4", kernels=[SQUARE_INLINE], dtypes=[torch.float32])
+def square_cuda_inline_vec4(x: torch.Tensor) -> torch.Tensor:
+    """CUDA C++ through torch's load_inline: float4 grid-stride loop with a scalar tail (float32)."""
+    return SQUARE_INLINE.square_vec4(x.contiguous())
