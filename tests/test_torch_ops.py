@@ -189,3 +189,20 @@ def test_outputs_are_fresh_even_when_the_impl_returns_a_view_of_an_input():
     assert out.untyped_storage().data_ptr() != x.untyped_storage().data_ptr()
     torch.testing.assert_close(out, x[:2])
     torch.library.opcheck(op, (x,))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("impl", list(SQUARE.impls))
+def test_every_square_impl_as_a_custom_op_on_cuda(impl):
+    """opcheck on CUDA, then a module calling the op under torch.compile(fullgraph=True): no graph break."""
+    dtype = SQUARE.impls[impl].dtypes[0] if SQUARE.impls[impl].dtypes else torch.float32
+    op = kk.torch_op(SQUARE, impl)
+    x = torch.randn(64, 48, device="cuda", dtype=dtype)
+    torch.library.opcheck(op, (x,))
+
+    class Model(torch.nn.Module):
+        def forward(self, t):
+            return op(t + 1) * 2
+
+    compiled = torch.compile(Model(), fullgraph=True)
+    torch.testing.assert_close(compiled(x), (x + 1) * (x + 1) * 2)
