@@ -1,0 +1,65 @@
+"""One case, ready to run in this process: the op, the impl, and fresh inputs (for profile, ncu and asm)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from kernelkit import backends, loader, runner
+from kernelkit.errors import LoadError
+from kernelkit.spec import Impl, Op, Size, dtype_name
+
+
+@dataclass
+class CaseSetup:
+    """An impl of an op at one size and dtype on one device, with its inputs made."""
+
+    op: Op
+    impl: Impl
+    size: Size
+    dtype: torch.dtype
+    device: str
+    inputs: tuple[Any, ...]
+
+    @property
+    def label(self) -> str:
+        """'square/triton_flat/4096x4096/float32': names the case in tables, traces and NVTX ranges."""
+        return f"{self.op.name}/{self.impl.name}/{'x'.join(map(str, self.size))}/{dtype_name(self.dtype)}"
+
+    def call(self) -> Any:
+        """One call of the impl on the case's inputs."""
+        return self.impl.fn(*self.inputs)
+
+
+def prepare_case(
+    target: str,
+    impl: str,
+    *,
+    op_name: str | None = None,
+    size: Size | None = None,
+    dtype: torch.dtype | None = None,
+    device: str | None = None,
+    seed: int = 0,
+    build: bool = True,
+) -> CaseSetup:
+    """Load ``target`` (a built-in op name or a .py file), pick the impl, make the inputs of one case.
+
+    size/dtype default to the op's first for the device. ``build`` compiles the impl's CUDA kernels and raises
+    BackendUnavailable or CompileError when the impl cannot run here, as a check would report them.
+    """
+    dev = runner.resolve_device(device)
+    backends.prepare_process(dev)  # before the target's file imports triton or numba
+    op = loader.find_op(target, op_name)
+    try:
+        chosen = op.get_impl(impl)
+    except KeyError:
+        known = ", ".join(op.all_impls())
+        raise LoadError(f"op {op.name!r} has no impl {impl!r}; its impls: {known}") from None
+    case_size = tuple(size) if size is not None else op.sizes_for(dev)[0]
+    case_dtype = dtype if dtype is not None else op.dtypes[0]
+    if build:
+        backends.ensure_runnable(chosen, case_dtype, dev)
+    inputs = tuple(op.make_inputs(case_size, case_dtype, torch.device(dev), seed))
+    return CaseSetup(op, chosen, case_size, case_dtype, dev, inputs)
