@@ -12,7 +12,7 @@ cli = CliRunner()
 
 
 def test_every_command_has_help():
-    for command in ([], ["check"], ["ops"], ["demo"]):
+    for command in ([], ["check"], ["ops"], ["demo"], ["codegen"], ["profile"], ["ncu"], ["asm"]):
         result = cli.invoke(app, [*command, "--help"])
         assert result.exit_code == 0, result.output
         assert "Usage" in result.output

@@ -9,12 +9,20 @@ The public API is small::
         return x * x
 
     report = kk.check("my_kernels.py")     # or a built-in op name: kk.check("square")
+    result = kk.profile("square", "triton_flat", size="4096x4096")   # torch.profiler table, trace, diagnosis
+    kk.ncu("square", "triton_flat"); kk.asm("square", "cuda_vec4")   # Nsight Compute; PTX/SASS and resources
 """
 
 from kernelkit.backends.compiled import compile_seconds
 from kernelkit.backends.cuda import CudaKernel, InlineExtension, cuda_kernel, load_inline
 from kernelkit.codegen import GeneratedCode, codegen
 from kernelkit.errors import BackendUnavailable, CompileError, KernelkitError, LaunchError, LoadError, SpecError
+from kernelkit.profiling import nvtx
+from kernelkit.profiling.asm import AsmReport
+from kernelkit.profiling.asm import inspect as asm
+from kernelkit.profiling.ncu import NcuReport
+from kernelkit.profiling.ncu import run_ncu as ncu
+from kernelkit.profiling.torch_profiler import ProfileResult, profile
 from kernelkit.results import CaseResult, Status
 from kernelkit.runner import RunReport, check, run_cases
 from kernelkit.spec import Case, Impl, Op, op
@@ -23,6 +31,7 @@ from kernelkit.torch_ops import torch_op
 __version__ = "0.1.0"
 
 __all__ = [
+    "AsmReport",
     "BackendUnavailable",
     "Case",
     "CaseResult",
@@ -34,7 +43,9 @@ __all__ = [
     "KernelkitError",
     "LaunchError",
     "LoadError",
+    "NcuReport",
     "Op",
+    "ProfileResult",
     "RunReport",
     "SpecError",
     "Status",
@@ -43,7 +54,11 @@ __all__ = [
     "compile_seconds",
     "cuda_kernel",
     "load_inline",
+    "nvtx",
     "op",
+    "profile",
     "run_cases",
+    "asm",
+    "ncu",
     "torch_op",
 ]

@@ -1,0 +1,139 @@
+"""The profiling commands of the CLI (profile, ncu, asm): parse arguments, call kernelkit.profiling, print."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.markup import escape
+
+from kernelkit.errors import CompileError, KernelkitError
+
+TargetArg = Annotated[str, typer.Argument(help="A built-in op name (see `kernelkit ops`) or a .py file of ops.")]
+SizeOpt = Annotated[str | None, typer.Option(help="One shape, e.g. 1823x781; default: the op's first.")]
+DtypeOpt = Annotated[str | None, typer.Option(help="One dtype, e.g. float32 or bf16; default: the op's first.")]
+OpOpt = Annotated[str | None, typer.Option("--op", help="The op, when the file defines several.")]
+
+
+def register(app: typer.Typer) -> None:
+    app.command("profile")(profile_command)
+    app.command("ncu")(ncu_command)
+    app.command("asm")(asm_command)
+
+
+def _fail(exc: BaseException, code: int) -> typer.Exit:
+    from kernelkit.cli import err
+
+    err.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False)
+    return typer.Exit(code)
+
+
+def profile_command(
+    target: TargetArg,
+    impl: Annotated[str, typer.Option("--impl", "-i", help="The impl to profile.")],
+    size: SizeOpt = None,
+    dtype: DtypeOpt = None,
+    device: Annotated[str | None, typer.Option(help="cpu or cuda; default: cuda when a GPU is visible.")] = None,
+    steps: Annotated[int, typer.Option(help="Profiled impl calls (after 1 skipped and 2 warm-up calls).")] = 5,
+    out_dir: Annotated[
+        Path | None, typer.Option("--out", help="Folder for the traces; default: ./kernelkit-results/profile.")
+    ] = None,
+    tensorboard: Annotated[bool, typer.Option(help="Also write a TensorBoard trace to OUT/tensorboard.")] = False,
+) -> None:
+    """Profile one case under torch.profiler: op table, Chrome/Perfetto trace, and a launch diagnosis.
+
+    The table is sorted by GPU time on CUDA, by CPU time on the CPU. The diagnosis says how busy the GPU was and
+    which kernels wait on the CPU (launch-bound). Exit code: 0 when profiled, 1 when the kernel did not build or
+    the impl raised, 2 for bad arguments or an impl that cannot run here.
+    """
+    from kernelkit.check import describe_exception
+    from kernelkit.cli import out
+    from kernelkit.profiling.torch_profiler import print_profile, profile
+
+    try:
+        result = profile(target, impl, size=size, dtype=dtype, device=device, steps=steps, out_dir=out_dir,
+                         tensorboard=tensorboard)
+    except KernelkitError as exc:
+        raise _fail(exc, 1 if isinstance(exc, CompileError) else 2) from None
+    except Exception as exc:  # noqa: BLE001 - most likely the impl's own error, reported with the user's line
+        raise _fail(RuntimeError(describe_exception(exc)), 1) from None
+    print_profile(out, result)
+
+
+def ncu_command(
+    target: TargetArg,
+    impl: Annotated[str, typer.Option("--impl", "-i", help="The impl to profile.")],
+    size: SizeOpt = None,
+    dtype: DtypeOpt = None,
+    section_set: Annotated[
+        str | None, typer.Option("--set", help="ncu section set: basic (default), detailed, full, ...")
+    ] = None,
+    metrics: Annotated[
+        str | None, typer.Option(help="Extra ncu metrics, comma-separated, e.g. dram__bytes_read.sum.")
+    ] = None,
+    op_name: OpOpt = None,
+    export: Annotated[Path | None, typer.Option("--export", help="Also keep ncu's report (.ncu-rep) here.")] = None,
+    timeout: Annotated[float, typer.Option(help="Seconds before ncu is stopped.")] = 600.0,
+    as_json: Annotated[bool, typer.Option("--json", help="Print machine-readable results to stdout.")] = False,
+) -> None:
+    """Profile one case with Nsight Compute: the impl's kernels, their throughput, occupancy and ncu's findings.
+
+    The case runs in a fresh process under ncu; warm-up calls (JIT, autotuning) run outside the profiled range.
+    Only the kernels of one call are measured, at the clocks they run at (--clock-control none).
+    Exit code: 0 when profiled, 1 when ncu gave no profile (no counter access, no kernel), 2 for bad arguments.
+    """
+    from kernelkit.cli import err, out
+    from kernelkit.profiling.ncu import NcuError, ncu_messages, run_ncu
+    from kernelkit.profiling.ncu_csv import print_kernels
+
+    try:
+        report = run_ncu(target, impl, op_name=op_name, size=size, dtype=dtype, section_set=section_set,
+                         metrics=[m.strip() for m in (metrics or "").split(",") if m.strip()],
+                         timeout=timeout, export=export)
+    except KernelkitError as exc:
+        raise _fail(exc, 1 if isinstance(exc, NcuError) else 2) from None
+    if as_json:
+        print(json.dumps(report.to_dict(), indent=2))
+        return
+    print_kernels(out, f"ncu: {report.case} (--set {report.section_set})", report.kernels, report.metrics)
+    for message in ncu_messages(report.output):
+        err.print(f"[dim]{escape(message)}[/]", highlight=False)
+
+
+def asm_command(
+    target: TargetArg,
+    impl: Annotated[str, typer.Option("--impl", "-i", help="The impl whose kernels to show.")],
+    size: Annotated[str | None, typer.Option(help="One shape, e.g. 1823x781; default: the op's first (GPU).")] = None,
+    dtype: DtypeOpt = None,
+    ir: Annotated[str | None, typer.Option(help="Print this listing after the summary: ttir, ttgir, llir "
+                                                "(Triton), ptx or sass.")] = None,
+    arch: Annotated[str | None, typer.Option(help="GPU target, e.g. sm_90; default: this GPU's, else "
+                                                  "$KERNELKIT_CUDA_ARCH or sm_90.")] = None,
+    config: Annotated[int | None, typer.Option(help="Autotuned Triton kernels: the config to compile, by index "
+                                                    "in configs= (default 0).")] = None,
+    out_dir: Annotated[Path | None, typer.Option("--out", help="Folder for the listings and cubins; default: "
+                                                               "./kernelkit-results/asm.")] = None,
+    op_name: OpOpt = None,
+) -> None:
+    """Show what an impl's kernels compile to: registers, spills, memory, load/store widths; then PTX or SASS.
+
+    Needs no GPU: Triton and CUDA C++ kernels are compiled for --arch here. Every listing is saved to --out.
+    Exit code: 0 when shown, 1 when a kernel failed to compile, 2 for bad arguments or an impl asm cannot show.
+    """
+    from kernelkit.cli import err, out
+    from kernelkit.profiling.asm import DEFAULT_OUT_DIR, inspect, print_summary
+
+    try:
+        report = inspect(target, impl, ir=ir or "sass", arch=arch, size=size, dtype=dtype, config=config,
+                         op_name=op_name)
+        paths = report.save(out_dir or DEFAULT_OUT_DIR)
+    except CompileError as exc:
+        raise _fail(exc, 1) from None
+    except KernelkitError as exc:
+        raise _fail(exc, 2) from None
+    print_summary(report, out)
+    if ir:
+        print(report.listing(), flush=True)
+    err.print(f"saved {len(paths)} files in {out_dir or DEFAULT_OUT_DIR}", highlight=False)
