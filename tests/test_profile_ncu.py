@@ -100,10 +100,11 @@ PAGES = [
     pytest.param(RAW_TWO_KERNELS, DETAILS_TWO_KERNELS,
                  Expect(2, "square_flat_kernel", ("TailEffect", "SOLBottleneck")), id="inline-two-kernels"),
     pytest.param(RAW_AUTO_UNITS, "", Expect(1, "square_2d_kernel"), id="inline-auto-units"),
-    # After capturing on the GPU machine, one line per case, e.g.:
-    # captured("square_triton_flat_8192x8192_float32", Expect(1, "square_flat_kernel")),
-    # captured("square_cuda_2d_4096x4096_float32", Expect(1, "square_2d_kernel")),
-    # captured("square_triton_flat_8192x8192_float32_full", Expect(1, "square_flat_kernel")),
+    # Captured with ncu 2025.3.1 on an H100 (scripts/capture-ncu-fixtures):
+    captured("square_triton_flat_8192x8192_float32", Expect(1, "square_flat_kernel", ("SOLBottleneck",))),
+    captured("square_cuda_2d_4096x4096_float32", Expect(1, "square_2d_kernel", ("AchievedOccupancy",))),
+    captured("square_triton_flat_8192x8192_float32_full",
+             Expect(1, "square_flat_kernel", ("CPIStall", "MemoryL2Compression", "SOLFPRoofline"))),
 ]
 
 
@@ -122,6 +123,20 @@ def test_every_page_pair_gives_sane_kernel_rows(raw, details, expect):
         assert k.grid_size.startswith("(") and "," not in k.grid_size.replace(", ", "")
         assert all(r.name and r.type and r.message for r in k.rules)
         json.dumps(k.to_dict())
+
+
+def test_captured_h100_pages_give_ncus_own_figures():
+    """The numbers ncu printed for these runs (see the fixtures' .ncu-output.txt), read back from the CSV pages."""
+    stem = "square_triton_flat_8192x8192_float32"
+    (flat,) = parse_pages(*((FIXTURES / f"{stem}.{page}.csv").read_text() for page in ("raw", "details")))
+    assert (flat.grid_size, flat.block_size) == ("(65536, 1, 1)", "(128, 1, 1)")
+    assert flat.summary() == {
+        "duration_ns": 173_888.0, "sm_throughput_pct": 5.95, "memory_throughput_pct": 88.56,
+        "dram_throughput_pct": 88.56, "achieved_occupancy_pct": 83.74, "registers_per_thread": 18.0,
+        "shared_mem_per_block_bytes": 0.0,
+    }
+    occupancy = next(r for r in flat.rules if r.name == "AchievedOccupancy")
+    assert occupancy.type == "OPT" and occupancy.speedup_pct is not None
 
 
 def test_raw_page_reads_units_separators_na_and_quoted_commas():
@@ -264,7 +279,7 @@ def test_no_kernels_profiled_quotes_ncus_warning(tmp_path):
 
 
 def test_a_case_that_fails_under_ncu_says_why(tmp_path):
-    output = f"{ncu_driver.ERROR_MARK} BackendUnavailable: impl 'cuda_2d' supports float32 only\n" \
+    output = f"{ncu.ERROR_MARK} BackendUnavailable: impl 'cuda_2d' supports float32 only\n" \
              "==ERROR== The application returned an error code (3).\n==WARNING== No kernels were profiled.\n"
     with pytest.raises(ncu.NcuError, match="supports float32 only"):
         ncu.check_profile_output(output, 3, tmp_path / "case.ncu-rep", "kernelkit:x")
@@ -275,7 +290,7 @@ def test_driver_reports_a_case_it_cannot_prepare(capsys, monkeypatch):
         monkeypatch.setenv(name, os.environ.get(name, "1"))
     code = ncu_driver.main(["square", "no_such_impl", "--range", "kernelkit:x", "--warmup", "0"])
     assert code == ncu_driver.EXIT_CASE_FAILED
-    assert ncu_driver.ERROR_MARK in capsys.readouterr().err
+    assert ncu.ERROR_MARK in capsys.readouterr().err
 
 
 # The whole flow against a stand-in ncu (no GPU): arguments in, pages out ---------------------------------------

@@ -25,11 +25,12 @@ import kernelkit
 from kernelkit import loader, runner
 from kernelkit.errors import BackendUnavailable, KernelkitError, LoadError
 from kernelkit.profiling.ncu_csv import NcuKernel, parse_pages
-from kernelkit.profiling.ncu_driver import ERROR_MARK
 from kernelkit.spec import Size, dtype_name, parse_dtype, parse_size
 
 if TYPE_CHECKING:
     import torch
+
+ERROR_MARK = "kernelkit-ncu-driver: error:"  # the driver prints this before a failure, for run_ncu to find
 
 NCU_ENV = "KERNELKIT_NCU"  # the ncu executable to use, before any search
 NCU_SEARCH_GLOBS: tuple[str, ...] = ("/usr/local/cuda*/bin/ncu", "/opt/nvidia/nsight-compute/*/ncu")

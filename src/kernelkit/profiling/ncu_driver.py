@@ -14,7 +14,6 @@ import argparse
 import sys
 from collections.abc import Callable, Sequence
 
-ERROR_MARK = "kernelkit-ncu-driver: error:"  # ncu.py looks for this in ncu's output
 EXIT_CASE_FAILED = 3
 
 
@@ -69,6 +68,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     from kernelkit.errors import KernelkitError
+    from kernelkit.profiling.ncu import ERROR_MARK
 
     try:
         profile_once(args.target, args.impl, op_name=args.op_name, size=args.size, dtype=args.dtype,
