@@ -1,3 +1,6 @@
+from collections.abc import Callable
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -9,3 +12,18 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture
+def fresh_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """An empty kernelkit disk cache for the test; nothing is written to the user's."""
+    monkeypatch.setenv("KERNELKIT_CACHE_DIR", str(tmp_path / "cache"))
+    return tmp_path / "cache"
+
+
+@pytest.fixture
+def line_of(request: pytest.FixtureRequest) -> Callable[[str], int]:
+    """line_of(text): the 1-based line of the requesting test file that holds ``text`` (where a compiler error
+    about that text must point)."""
+    lines = Path(request.path).read_text().splitlines()
+    return lambda text: next(i for i, line in enumerate(lines, 1) if text in line and "line_of(" not in line)

@@ -26,6 +26,8 @@ from kernelkit.backends.cuda import build as cuda_build
 from kernelkit.cache import cache_dir, content_key
 from kernelkit.errors import BackendUnavailable, CompileError, LaunchError, LoadError
 
+pytestmark = pytest.mark.usefixtures("fresh_cache")  # an empty disk cache per test, never the user's
+
 # Reference: out = x * x. One thread per element; reads 4 bytes and writes 4 bytes per element.
 SQUARE_SRC = r"""
 extern "C" __global__ void square_kernel(const float* __restrict__ x_ptr, float* out_ptr, int n) {
@@ -54,17 +56,8 @@ needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is no
 needs_gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs an NVIDIA GPU")
 
 
-def _line_of(text: str) -> int:
-    """1-based line of this test file holding ``text`` (the line a compiler error must point at)."""
-    lines = Path(__file__).read_text().splitlines()
-    return next(i for i, line in enumerate(lines, 1) if text in line and "_line_of" not in line)
 
 
-@pytest.fixture(autouse=True)
-def fresh_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """Every test gets an empty disk cache, and none writes to the user's."""
-    monkeypatch.setenv("KERNELKIT_CACHE_DIR", str(tmp_path / "cache"))
-    return tmp_path / "cache"
 
 
 def _without_nvrtc(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -153,16 +146,16 @@ def test_editing_an_included_file_misses_the_cache(tmp_path: Path) -> None:
 
 
 @needs_compiler
-def test_error_in_module_level_string_points_at_this_file() -> None:
+def test_error_in_module_level_string_points_at_this_file(line_of) -> None:
     with pytest.raises(CompileError) as info:
         CudaKernel(BROKEN_SRC, "broken_kernel").compile("sm_90")
-    line = _line_of("x_ptr[0] = undefined_in_broken_kernel;")
+    line = line_of("x_ptr[0] = undefined_in_broken_kernel;")
     assert f"{__file__}({line}): error" in info.value.log
     assert "broken_kernel" in str(info.value) and "undefined_in_broken_kernel" in info.value.log
 
 
 @needs_compiler
-def test_error_in_dedented_local_string_points_at_this_file() -> None:
+def test_error_in_dedented_local_string_points_at_this_file(line_of) -> None:
     kernel = cuda_kernel(textwrap.dedent("""
         extern "C" __global__ void local_kernel(float* x_ptr) {
             x_ptr[0] = 1.0f;
@@ -171,7 +164,7 @@ def test_error_in_dedented_local_string_points_at_this_file() -> None:
     """), "local_kernel")
     with pytest.raises(CompileError) as info:
         kernel.compile("sm_90")
-    assert f"{__file__}({_line_of('x_ptr[1] = undefined_in_local_kernel;')}): error" in info.value.log
+    assert f"{__file__}({line_of('x_ptr[1] = undefined_in_local_kernel;')}): error" in info.value.log
 
 
 @needs_compiler
@@ -338,13 +331,13 @@ def test_launch_without_gpu_is_backend_unavailable() -> None:
 
 
 @needs_nvcc
-def test_nvcc_fallback_when_nvrtc_cannot_be_imported(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_nvcc_fallback_when_nvrtc_cannot_be_imported(monkeypatch: pytest.MonkeyPatch, line_of) -> None:
     _without_nvrtc(monkeypatch)
     built = CudaKernel(SQUARE_SRC, "square_kernel").compile("sm_90")
     assert built.compiler == "nvcc" and built.cubin[:4] == b"\x7fELF" and "by NVCC" in str(built)
     with pytest.raises(CompileError) as info:
         CudaKernel(BROKEN_SRC, "broken_kernel").compile("sm_90")
-    assert f"{__file__}({_line_of('x_ptr[0] = undefined_in_broken_kernel;')}): error" in info.value.log
+    assert f"{__file__}({line_of('x_ptr[0] = undefined_in_broken_kernel;')}): error" in info.value.log
 
 
 def test_no_compiler_at_all_is_backend_unavailable(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -19,10 +19,12 @@ import torch
 
 import kernelkit.ops
 from kernelkit import backends
-from kernelkit.backends.cuda import BuiltExtension, InlineExtension, default_arch, load_inline
+from kernelkit.backends.cuda import BuiltExtension, InlineExtension, default_arch, inline_check, load_inline
 from kernelkit.backends.cuda import inline as inline_backend
 from kernelkit.errors import BackendUnavailable, CompileError, LoadError, SpecError
 from kernelkit.spec import Impl
+
+pytestmark = pytest.mark.usefixtures("fresh_cache")  # an empty disk cache per test, never the user's
 
 SQUARE_CU = Path(kernelkit.ops.__file__).parent / "square_inline.cu"
 SQUARE_DECL = "torch::Tensor square_vec4(torch::Tensor x);"
@@ -53,17 +55,8 @@ def _square_ext(**flags: tuple[str, ...]) -> InlineExtension:
                        **flags)
 
 
-def _line_of(text: str) -> int:
-    """1-based line of this test file holding ``text`` (the line a compiler error must point at)."""
-    lines = Path(__file__).read_text().splitlines()
-    return next(i for i, line in enumerate(lines, 1) if text in line and "_line_of" not in line)
 
 
-@pytest.fixture(autouse=True)
-def fresh_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """Every test gets an empty disk cache, and none writes to the user's."""
-    monkeypatch.setenv("KERNELKIT_CACHE_DIR", str(tmp_path / "cache"))
-    return tmp_path / "cache"
 
 
 @pytest.fixture(scope="module")
@@ -117,12 +110,12 @@ def test_an_impl_listing_the_extension_compiles_it_then_skips(square_built: Buil
 
 @needs_nvcc
 @pytest.mark.slow
-def test_compile_error_points_at_the_line_in_this_file() -> None:
+def test_compile_error_points_at_the_line_in_this_file(line_of) -> None:
     ext = load_inline("broken_ext", cpp_sources="torch::Tensor broken(torch::Tensor x);", cuda_sources=BROKEN_CUDA,
                       functions=["broken"])
     with pytest.raises(CompileError) as info:
         ext.compile()
-    line = _line_of("return x * undefined_in_broken_source;")
+    line = line_of("return x * undefined_in_broken_source;")
     assert re.search(rf"{re.escape(__file__)}[(:]{line}\b", info.value.log), info.value.log
     assert "broken_ext" in str(info.value) and "undefined_in_broken_source" in info.value.log
 
@@ -163,7 +156,7 @@ def test_missing_nvcc_is_backend_unavailable(tmp_path: Path, monkeypatch: pytest
     for name in ("CUDA_HOME", "CUDA_PATH"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("PATH", str(tmp_path))
-    monkeypatch.setattr(inline_backend, "DEFAULT_CUDA_HOME", tmp_path / "cuda")
+    monkeypatch.setattr(inline_check, "DEFAULT_CUDA_HOME", tmp_path / "cuda")
     with pytest.raises(BackendUnavailable, match="install the CUDA toolkit"):
         _square_ext().compile()
 

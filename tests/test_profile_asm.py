@@ -16,9 +16,9 @@ from kernelkit.profiling.asm import (
     memory_ops,
     parse_ptxas_log,
     parse_res_usage,
-    ptx_entry,
     split_sass,
 )
+from kernelkit.profiling.asm_cuda import ptx_entry
 
 # nvdisasm -c of square.cu for sm_90 (NVRTC), trimmed to a few instructions per function.
 NVDISASM = """\
