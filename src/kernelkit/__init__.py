@@ -1,4 +1,4 @@
-"""kernelkit: write a GPU kernel, check it against a PyTorch reference, and see how fast it really is.
+"""kernelkit: write a GPU kernel, check it against a PyTorch reference, and see where its time goes.
 
 The public API is small::
 

@@ -21,7 +21,7 @@ from kernelkit.results import CaseResult
 from kernelkit.spec import parse_dtype, parse_size
 
 app = typer.Typer(
-    help="Write a GPU kernel, check it against a PyTorch reference, and see how fast it really is.",
+    help="Write a GPU kernel, check it against a PyTorch reference, and see where its time goes.",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
