@@ -18,7 +18,7 @@ import torch
 from kernelkit import backends, loader, runner
 from kernelkit.backends import compiled
 from kernelkit.errors import CompileError
-from kernelkit.spec import Op, Size, dtype_name, parse_dtype, parse_size
+from kernelkit.spec import Op, Size, dtype_name, to_dtype, to_size
 
 DEFAULT_OUT_DIR = Path("kernelkit-codegen")
 
@@ -87,8 +87,9 @@ def codegen(
     else:
         backends.prepare_process(dev)  # before the user's file imports triton or numba
         op = loader.find_op(target, op_name)
-    shape = parse_size(size) if isinstance(size, str) else tuple(size or op.sizes_for(dev)[0])
-    kind = parse_dtype(dtype) if isinstance(dtype, str) else dtype or op.dtypes[0]
+    shape, kind = to_size(size), to_dtype(dtype)
+    shape = op.sizes_for(dev)[0] if shape is None else shape
+    kind = op.dtypes[0] if kind is None else kind
     chosen_mode = compiled.resolve_mode(mode)
     inputs = tuple(op.make_inputs(shape, kind, torch.device(dev), 0))
     sources = _capture(op, inputs, chosen_mode)

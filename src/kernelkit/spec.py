@@ -70,6 +70,18 @@ def parse_size(text: str) -> Size:
     return size
 
 
+def to_size(size: Size | str | None) -> Size | None:
+    """A shape given as '1823x781' or as a sequence of ints; None stays None (the op's default applies)."""
+    if size is None:
+        return None
+    return parse_size(size) if isinstance(size, str) else _as_size(size)
+
+
+def to_dtype(dtype: torch.dtype | str | None) -> torch.dtype | None:
+    """A dtype given by name ('bf16', 'float32') or as a torch.dtype; None stays None (the op's default applies)."""
+    return parse_dtype(dtype) if isinstance(dtype, str) else dtype
+
+
 def seeded_normal(size: Size, dtype: torch.dtype, device: torch.device | str, seed: int) -> torch.Tensor:
     """A standard-normal tensor that depends only on (size, seed): drawn on the CPU, then moved and cast."""
     gen = torch.Generator(device="cpu").manual_seed(seed)

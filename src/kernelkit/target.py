@@ -9,7 +9,7 @@ import torch
 
 from kernelkit import backends, loader, runner
 from kernelkit.errors import LoadError
-from kernelkit.spec import Impl, Op, Size, dtype_name
+from kernelkit.spec import Impl, Op, Size, dtype_name, to_dtype, to_size
 
 
 @dataclass
@@ -38,28 +38,41 @@ def prepare_case(
     impl: str,
     *,
     op_name: str | None = None,
-    size: Size | None = None,
-    dtype: torch.dtype | None = None,
+    size: Size | str | None = None,
+    dtype: torch.dtype | str | None = None,
     device: str | None = None,
     seed: int = 0,
     build: bool = True,
 ) -> CaseSetup:
     """Load ``target`` (a built-in op name or a .py file), pick the impl, make the inputs of one case.
 
-    size/dtype default to the op's first for the device. ``build`` compiles the impl's CUDA kernels and raises
-    BackendUnavailable or CompileError when the impl cannot run here, as a check would report them.
+    size/dtype ('1823x781', 'bf16' or values) default as in ``pick``. ``build`` compiles the impl's CUDA kernels
+    and raises BackendUnavailable or CompileError when the impl cannot run here, as a check would report them.
     """
     dev = runner.resolve_device(device)
     backends.prepare_process(dev)  # before the target's file imports triton or numba
     op = loader.find_op(target, op_name)
-    try:
-        chosen = op.get_impl(impl)
-    except KeyError:
-        known = ", ".join(op.all_impls())
-        raise LoadError(f"op {op.name!r} has no impl {impl!r}; its impls: {known}") from None
-    case_size = tuple(size) if size is not None else op.sizes_for(dev)[0]
-    case_dtype = dtype if dtype is not None else op.dtypes[0]
+    chosen, case_size, case_dtype = pick(op, impl, size, dtype, dev)
     if build:
         backends.ensure_runnable(chosen, case_dtype, dev)
     inputs = tuple(op.make_inputs(case_size, case_dtype, torch.device(dev), seed))
     return CaseSetup(op, chosen, case_size, case_dtype, dev, inputs)
+
+
+def pick(
+    op: Op, impl: str, size: Size | str | None, dtype: torch.dtype | str | None, device: str
+) -> tuple[Impl, Size, torch.dtype]:
+    """The impl named ``impl`` and the case's size and dtype: the given ones, else the op's first size for
+    ``device`` and its first dtype that the impl supports. An unknown impl is a LoadError listing the known."""
+    try:
+        chosen = op.get_impl(impl)
+    except KeyError:
+        raise LoadError(f"op {op.name!r} has no impl {impl!r}; its impls: {', '.join(op.all_impls())}") from None
+    case_size = to_size(size)
+    if case_size is None:
+        case_size = op.sizes_for(device)[0]
+    case_dtype = to_dtype(dtype)
+    if case_dtype is None:
+        supported = [d for d in op.dtypes if not chosen.dtypes or d in chosen.dtypes]
+        case_dtype = (supported or op.dtypes)[0]
+    return chosen, case_size, case_dtype

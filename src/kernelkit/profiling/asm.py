@@ -28,8 +28,8 @@ import torch
 from kernelkit import backends, loader, runner
 from kernelkit.backends.cuda import default_arch
 from kernelkit.errors import BackendUnavailable, CompileError, SpecError
-from kernelkit.spec import Size, dtype_name, parse_dtype, parse_size
-from kernelkit.target import CaseSetup, prepare_case
+from kernelkit.spec import Size, dtype_name
+from kernelkit.target import CaseSetup, pick, prepare_case
 
 IRS = ("ttir", "ttgir", "llir", "ptx", "sass")
 DEFAULT_OUT_DIR = Path("kernelkit-results/asm")
@@ -303,13 +303,10 @@ def _setup(target: str, impl: str, op_name: str | None, size: Size | str | None,
     device = runner.resolve_device(None)
     backends.prepare_process(device)  # before the target's file imports triton or numba
     op = loader.find_op(target, op_name)
-    case_size = parse_size(size) if isinstance(size, str) else tuple(size) if size is not None else op.sizes[0]
-    case_dtype = parse_dtype(dtype) if isinstance(dtype, str) else dtype
-    takes = op.impls[impl].dtypes if impl in op.impls else ()
-    if case_dtype is None:
-        case_dtype = takes[0] if takes and op.dtypes[0] not in takes else op.dtypes[0]
-    elif takes and case_dtype not in takes:
-        raise SpecError(f"impl {impl!r} supports {', '.join(map(dtype_name, takes))} only")
+    # The code generated depends on the size: default to the op's first GPU size, even with no GPU here.
+    chosen, case_size, case_dtype = pick(op, impl, size if size is not None else op.sizes[0], dtype, device)
+    if chosen.dtypes and case_dtype not in chosen.dtypes:
+        raise SpecError(f"impl {impl!r} supports {', '.join(map(dtype_name, chosen.dtypes))} only")
     return prepare_case(target, impl, op_name=op.name, size=case_size, dtype=case_dtype, device=device, build=False)
 
 

@@ -23,9 +23,9 @@ from typing import TYPE_CHECKING, Any
 
 import kernelkit
 from kernelkit import loader, runner
-from kernelkit.errors import BackendUnavailable, KernelkitError, LoadError
+from kernelkit.errors import BackendUnavailable, KernelkitError
 from kernelkit.profiling.ncu_csv import NcuKernel, parse_pages
-from kernelkit.spec import Size, dtype_name, parse_dtype, parse_size
+from kernelkit.spec import Size, dtype_name
 
 if TYPE_CHECKING:
     import torch
@@ -173,17 +173,12 @@ def resolve_case(target: str, impl: str, op_name: str | None, size: Size | str |
                  dtype: torch.dtype | str | None) -> tuple[str, list[str]]:
     """Load the op here (bad names fail fast, before ncu starts): -> (the case's label, the driver's arguments)."""
     from kernelkit import backends
-    from kernelkit.target import CaseSetup
+    from kernelkit.target import CaseSetup, pick
 
     backends.prepare_process("cuda")  # before the target's file imports triton or numba, as in prepare_case
     source = loader.resolve(target)
     op = loader.find_op(target, op_name)
-    try:
-        chosen = op.get_impl(impl)
-    except KeyError:
-        raise LoadError(f"op {op.name!r} has no impl {impl!r}; its impls: {', '.join(op.all_impls())}") from None
-    case_size = parse_size(size) if isinstance(size, str) else tuple(size) if size else op.sizes_for("cuda")[0]
-    case_dtype = parse_dtype(dtype) if isinstance(dtype, str) else dtype or op.dtypes[0]
+    chosen, case_size, case_dtype = pick(op, impl, size, dtype, "cuda")
     label = CaseSetup(op, chosen, case_size, case_dtype, "cuda", ()).label
     args = [source if Path(source).is_file() else target, impl, "--op", op.name,
             "--size", "x".join(map(str, case_size)), "--dtype", dtype_name(case_dtype)]

@@ -38,11 +38,9 @@ def profile_once(target: str, impl: str, *, op_name: str | None, size: str | Non
     """Prepare the case on CUDA, warm it up, then call it once inside the NVTX range ``range_name``."""
     import torch
 
-    from kernelkit.spec import parse_dtype, parse_size
     from kernelkit.target import prepare_case
 
-    case = prepare_case(target, impl, op_name=op_name, size=parse_size(size) if size else None,
-                        dtype=parse_dtype(dtype) if dtype else None, device="cuda", seed=seed)
+    case = prepare_case(target, impl, op_name=op_name, size=size, dtype=dtype, device="cuda", seed=seed)
     push, pop = nvtx_push_pop()
     for _ in range(warmup):
         case.call()

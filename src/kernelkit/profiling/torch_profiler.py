@@ -24,7 +24,7 @@ import torch
 
 from kernelkit.errors import SpecError
 from kernelkit.profiling import nvtx
-from kernelkit.spec import Size, parse_dtype, parse_size
+from kernelkit.spec import Size
 from kernelkit.target import CaseSetup, prepare_case
 
 DEFAULT_OUT_DIR = Path("kernelkit-results") / "profile"
@@ -217,8 +217,7 @@ def profile(
     """
     if steps < 1:
         raise SpecError(f"--steps must be at least 1, got {steps}")
-    case = prepare_case(target, impl, size=parse_size(size) if isinstance(size, str) else size,
-                        dtype=parse_dtype(dtype) if isinstance(dtype, str) else dtype, device=device)
+    case = prepare_case(target, impl, size=size, dtype=dtype, device=device)
     folder = Path(out_dir) if out_dir is not None else DEFAULT_OUT_DIR
     folder.mkdir(parents=True, exist_ok=True)
     name = f"{re.sub(r'[^A-Za-z0-9._-]+', '_', case.label)}_{case.device}"
