@@ -1,0 +1,1 @@
+"""The measurement engine: timing modes and stopping rule (timer), statistics (stats), device ceilings (device)."""
