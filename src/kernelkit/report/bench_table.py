@@ -1,0 +1,167 @@
+"""Terminal view of benchmark results: one rich Table, rows grouped by (size, dtype), with how it was measured.
+
+Every row shows the median with its spread and n; the caption says the mode, the statistic and the device, and
+says plainly when the timings are CPU timings.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+from rich.markup import escape
+from rich.table import Table
+
+from kernelkit.measure.measurement import SUSPECT_PCT, BenchResult, Measurement
+from kernelkit.measure.stats import NOISY_IQR, Ratio
+from kernelkit.report.table import status_text
+from kernelkit.results import Status
+
+LOW_CLOCKS = 0.9  # median SM clock under this fraction of the maximum: the GPU was throttled or idling down
+VS_BASELINES = ("eager", "compile")
+_UNITS = (("ns", 1e9), ("µs", 1e6), ("ms", 1e3))
+
+
+def format_time(seconds: float | None) -> str:
+    """'850 ns', '12.3 µs', '1.23 ms', '4.56 s': three significant digits in the largest unit under 1000."""
+    if seconds is None or not math.isfinite(seconds):
+        return ""
+    for unit, scale in _UNITS:
+        if abs(seconds) * scale < 999.5:  # 999.7 us prints as 1.00 ms, not 1000 us
+            return f"{_three_digits(seconds * scale)} {unit}"
+    return f"{_three_digits(seconds)} s"
+
+
+def bench_table(results: Sequence[BenchResult], *, title: str = "", show_ci: bool = False) -> Table:
+    """The results as a table: impl, size, dtype, median, spread, n, rates, % of ceiling, speedups, status, notes.
+
+    Speedups are baseline median / impl median with a bootstrap verdict; ``show_ci`` adds the 95% interval.
+    A message column appears when any result did not pass.
+    """
+    show_op = len({r.op for r in results}) > 1
+    show_tflops = any(r.measurement and r.measurement.flops for r in results)
+    vs = [name for name in VS_BASELINES if any(name in r.speedups for r in results)]
+    show_message = any(r.status is not Status.PASSED for r in results)
+    table = Table(title=title or None, title_justify="left", caption=caption(results), caption_justify="left")
+    columns = [*(["op"] if show_op else []), "impl", "size", "dtype", "median", "p20-p80", "n", "GB/s",
+               *(["TFLOP/s"] if show_tflops else []), "% of ceiling", *(f"vs {name}" for name in vs), "status", "notes",
+               *(["message"] if show_message else [])]
+    left = {"op", "impl", "size", "dtype", "status", "notes", "message"}
+    for name in columns:
+        table.add_column(name, justify="left" if name in left else "right", overflow="fold",
+                         max_width=60 if name in ("notes", "message") else None)
+    baselines = baseline_impls(results)
+    previous = None
+    for r in _ordered(results, baselines):
+        group = (r.op, r.size, r.dtype)
+        if previous is not None and group != previous:
+            table.add_section()
+        previous = group
+        m = r.measurement if r.measurement is not None and r.measurement.samples else None
+        cells = [*([escape(r.op)] if show_op else []), _impl_cell(r.impl, r.impl in baselines),
+                 "x".join(map(str, r.size)), r.dtype,
+                 *_timing_cells(m), _rate(m.gbps if m else None),
+                 *([_rate(m.tflops if m else None)] if show_tflops else []), ceiling_text(m),
+                 *(speedup_text(r.speedups.get(name), show_ci) for name in vs), status_text(r.status),
+                 escape(notes_text(m)), *([escape(_first_line(r.message))] if show_message else [])]
+        table.add_row(*cells)
+    return table
+
+
+def caption(results: Sequence[BenchResult]) -> str:
+    """'hot mode · median of n samples per row · NVIDIA H100 80GB HBM3': how and where every number was taken."""
+    if not results:
+        return "no results"
+    modes = sorted({r.mode for r in results})
+    names = sorted({r.measurement.device_name or r.device for r in results if r.measurement}) or sorted(
+        {r.device for r in results})
+    parts = [f"{'/'.join(modes)} mode", "median of n samples per row (spread p20-p80)", ", ".join(names)]
+    if any(r.speedups for r in results):
+        parts.append("vs X = median(X) / median(impl), 95% bootstrap CI decides faster/slower/~")
+    text = " · ".join(p for p in parts if p)
+    if any(r.device == "cpu" for r in results):
+        text += "\n[bold yellow]CPU timings: not GPU performance[/]"
+    return text
+
+
+def ceiling_text(m: Measurement | None) -> str:
+    """'87% bw' or '62% flops' (whichever is higher); 'SUSPECT 134% bw' in red above SUSPECT_PCT."""
+    c = m.ceiling if m else None
+    if c is None:
+        return ""
+    pcts = [(p, kind) for p, kind in ((c.pct_bandwidth, "bw"), (c.pct_flops, "flops")) if p is not None]
+    if not pcts:
+        return ""
+    pct, kind = max(pcts)
+    if pct > SUSPECT_PCT:
+        return f"[bold red]SUSPECT {pct:.0f}% {kind}[/]"
+    return f"{pct:.0f}% {kind}"
+
+
+def speedup_text(ratio: Ratio | None, show_ci: bool = False) -> str:
+    """'1.85x faster' (green), '0.90x slower' (red), '1.01x ~' (dim: the interval holds 1.0)."""
+    if ratio is None:
+        return ""
+    ci = f" [{ratio.low:.2f}, {ratio.high:.2f}]" if show_ci else ""
+    text, style = {"faster": ("faster", "green"), "slower": ("slower", "red")}.get(ratio.verdict, ("~", "dim"))
+    return f"[{style}]{ratio.value:.2f}x {text}{escape(ci)}[/]"
+
+
+def notes_text(m: Measurement | None) -> str:
+    """Why to trust a row less: not converged, noisy, throttled clocks, dropped samples, warnings."""
+    if m is None:
+        return ""
+    notes = []
+    if m.stop_reason != "converged":
+        notes.append(f"stopped: {m.stop_reason}")
+    stats = m.stats
+    if stats.iqr_rel >= NOISY_IQR:
+        notes.append(f"noisy: IQR {stats.iqr_rel:.0%} of median")
+    scaling = m.clock_scaling
+    if scaling is not None and scaling < LOW_CLOCKS:
+        notes.append(f"clocks at {scaling:.0%} of max")
+    if m.dropped:
+        notes.append(f"{m.dropped} dropped")
+    if m.warnings:
+        notes.append(f"{len(m.warnings)} warning{'s' if len(m.warnings) > 1 else ''}")
+    return "; ".join(notes)
+
+
+def _timing_cells(m: Measurement | None) -> list[str]:
+    if m is None:
+        return ["", "", ""]
+    s = m.stats
+    spread = f"±{(s.p80 - s.p20) / 2 / s.median:.1%}" if s.median > 0 else ""
+    return [format_time(s.median), spread, str(s.n)]
+
+
+def baseline_impls(results: Sequence[BenchResult]) -> set[str]:
+    """Impls marked as baselines, and any impl that other results' speedups are measured against (eager)."""
+    return {r.impl for r in results if r.role == "baseline"} | {name for r in results for name in r.speedups}
+
+
+def _impl_cell(impl: str, baseline: bool) -> str:
+    return f"[dim]{escape(impl)} (baseline)[/]" if baseline else escape(impl)
+
+
+def _ordered(results: Sequence[BenchResult], baselines: set[str]) -> list[BenchResult]:
+    """Grouped by op, then size (by element count), then dtype in first-seen order; impls before baselines."""
+    ops = {op: i for i, op in enumerate(dict.fromkeys(r.op for r in results))}
+    dtypes = {d: i for i, d in enumerate(dict.fromkeys(r.dtype for r in results))}
+    order = {id(r): i for i, r in enumerate(results)}
+    return sorted(results, key=lambda r: (ops[r.op], math.prod(r.size), r.size, dtypes[r.dtype],
+                                          r.impl in baselines, order[id(r)]))
+
+
+def _rate(value: float | None) -> str:
+    return "" if value is None else _three_digits(value)
+
+
+def _three_digits(value: float) -> str:
+    if abs(value) >= 100:
+        return f"{value:.0f}"
+    return f"{value:.1f}" if abs(value) >= 10 else f"{value:.2f}"
+
+
+def _first_line(text: str) -> str:
+    return text.strip().splitlines()[0] if text.strip() else ""

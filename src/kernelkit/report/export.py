@@ -1,0 +1,106 @@
+"""Benchmark results as files: one JSON document per run (everything, raw samples included) and a flat CSV.
+
+The JSON is the lossless form (``read_json`` gives the BenchResults back); the CSV is for spreadsheets and
+pandas: one row per result, failed and untimed ones included with their numbers left empty.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from kernelkit.measure.measurement import BenchResult
+
+SCHEMA = "kernelkit.bench/1"
+SPEEDUP_BASELINES = ("eager", "compile")  # the baselines with their own CSV columns; every speedup is in the JSON
+
+CSV_COLUMNS = (
+    "case", "op", "impl", "role", "size", "dtype", "device", "mode", "status",
+    "n", "median_s", "mean_s", "min_s", "p20_s", "p80_s", "stdev_s", "iqr_rel", "rse",
+    "gbps", "tflops", "pct_bandwidth", "pct_flops", "suspect",
+    *(f"{column}{name}" for name in SPEEDUP_BASELINES
+      for column in ("speedup_vs_", "ci_low_vs_", "ci_high_vs_", "verdict_vs_")),
+    "stop_reason", "first_call_s", "dropped", "clock_scaling", "message",
+)
+
+
+def write_json(results: Sequence[BenchResult], path: str | Path, *, env: dict[str, Any] | None = None,
+               command: str = "") -> Path:
+    """Write one document ``{schema, command, env, results: [BenchResult.to_dict()]}`` to ``path``.
+
+    Non-finite floats (an undefined standard error of 2 samples) are written as null so the file is strict JSON.
+    """
+    doc = {"schema": SCHEMA, "command": command, "env": env or {}, "results": [r.to_dict() for r in results]}
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(_finite(doc), indent=1, allow_nan=False, default=str) + "\n")
+    return path
+
+
+def read_json(path: str | Path) -> tuple[list[BenchResult], dict[str, Any]]:
+    """The results of a ``write_json`` file, and the document itself (for its env and command)."""
+    doc = json.loads(Path(path).read_text())
+    return [BenchResult.from_dict(r) for r in doc.get("results", [])], doc
+
+
+def write_csv(results: Sequence[BenchResult], path: str | Path) -> Path:
+    """Write one row per result with the CSV_COLUMNS header; times in seconds, rates in GB/s and TFLOP/s."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=CSV_COLUMNS)
+        writer.writeheader()
+        for r in results:
+            writer.writerow({k: _cell(v) for k, v in csv_row(r).items()})
+    return path
+
+
+def csv_row(result: BenchResult) -> dict[str, Any]:
+    """One result as a flat dict keyed by CSV_COLUMNS; None where a number does not exist."""
+    row: dict[str, Any] = dict.fromkeys(CSV_COLUMNS)
+    row.update(case=result.case_id, op=result.op, impl=result.impl, role=result.role,
+               size="x".join(map(str, result.size)), dtype=result.dtype, device=result.device, mode=result.mode,
+               status=result.status.value, message=result.message)
+    for name in SPEEDUP_BASELINES:
+        ratio = result.speedups.get(name)
+        if ratio is not None:
+            row[f"speedup_vs_{name}"], row[f"verdict_vs_{name}"] = ratio.value, ratio.verdict
+            row[f"ci_low_vs_{name}"], row[f"ci_high_vs_{name}"] = ratio.low, ratio.high
+    m = result.measurement
+    if m is None or not m.samples:
+        return row
+    s = m.stats
+    ceiling = m.ceiling
+    row.update(
+        n=s.n, median_s=s.median, mean_s=s.mean, min_s=s.min, p20_s=s.p20, p80_s=s.p80, stdev_s=s.stdev,
+        iqr_rel=s.iqr_rel, rse=s.rse, gbps=m.gbps, tflops=m.tflops,
+        pct_bandwidth=ceiling.pct_bandwidth if ceiling else None, pct_flops=ceiling.pct_flops if ceiling else None,
+        suspect=result.suspect, stop_reason=m.stop_reason, first_call_s=m.first_call, dropped=m.dropped,
+        clock_scaling=m.clock_scaling,
+    )
+    return row
+
+
+def _cell(value: Any) -> Any:
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        return repr(value)  # full precision: the CSV is data, not a view
+    return value
+
+
+def _finite(value: Any) -> Any:
+    """``value`` with every non-finite float replaced by None, recursively through dicts and lists."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
