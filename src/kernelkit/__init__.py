@@ -11,12 +11,18 @@ The public API is small::
     report = kk.check("my_kernels.py")     # or a built-in op name: kk.check("square")
     result = kk.profile("square", "triton_flat", size="4096x4096")   # torch.profiler table, trace, diagnosis
     kk.ncu("square", "triton_flat"); kk.asm("square", "cuda_vec4")   # Nsight Compute; PTX/SASS and resources
+
+    m = kk.bench(torch.square, x)             # any callable: cold-L2 median with spread, n, how it stopped
+    sweep = kk.bench_op("square")             # every impl vs eager and torch.compile, % of the calibrated ceiling
 """
 
 from kernelkit.backends.compiled import compile_seconds
 from kernelkit.backends.cuda import CudaKernel, InlineExtension, cuda_kernel, load_inline
 from kernelkit.codegen import GeneratedCode, codegen
 from kernelkit.errors import BackendUnavailable, CompileError, KernelkitError, LaunchError, LoadError, SpecError
+from kernelkit.measure.device import Ceilings, calibrate
+from kernelkit.measure.measurement import BenchResult, Measurement
+from kernelkit.measure.timer import bench
 from kernelkit.profiling import nvtx
 from kernelkit.profiling.asm import AsmReport
 from kernelkit.profiling.asm import inspect as asm
@@ -26,12 +32,17 @@ from kernelkit.profiling.torch_profiler import ProfileResult, profile
 from kernelkit.results import CaseResult, Status
 from kernelkit.runner import RunReport, check, run_cases
 from kernelkit.spec import Case, Impl, Op, op
+from kernelkit.sweep import SweepReport, bench_op
 from kernelkit.torch_ops import torch_op
 
 __version__ = "0.1.0"
 
 __all__ = [
     "AsmReport",
+    "BenchResult",
+    "Ceilings",
+    "Measurement",
+    "SweepReport",
     "BackendUnavailable",
     "Case",
     "CaseResult",
@@ -49,6 +60,9 @@ __all__ = [
     "RunReport",
     "SpecError",
     "Status",
+    "bench",
+    "bench_op",
+    "calibrate",
     "check",
     "codegen",
     "compile_seconds",

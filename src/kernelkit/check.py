@@ -63,7 +63,7 @@ def check_case(case: Case, op: Op, device: str, on_built: Callable[[], None] | N
 def _judge(result: CaseResult, op: Op, impl: Impl, case: Case, device: str) -> None:
     dtype = parse_dtype(case.dtype)
     atol, rtol = op.tolerance_for(dtype)
-    inputs, refs, los = _reference(op, case.size, dtype, device, case.seed)
+    inputs, refs, los = reference_outputs(op, case.size, dtype, device, case.seed)
     result.bytes, result.flops = op.cost(inputs, los)
 
     snapshot = verify.clone_inputs(inputs)
@@ -81,7 +81,7 @@ def _judge(result: CaseResult, op: Op, impl: Impl, case: Case, device: str) -> N
 
     # Stale or unwritten output: a second, different input must give that input's answer.
     stale_seed = case.seed + STALE_SEED_OFFSET
-    inputs2, refs2, los2 = _reference(op, case.size, dtype, device, stale_seed)
+    inputs2, refs2, los2 = reference_outputs(op, case.size, dtype, device, stale_seed)
     snapshot2 = verify.clone_inputs(inputs2)
     verdict2 = _verdict(inputs2, snapshot2, _call(impl, inputs2, los2, device), refs2, los2, atol, rtol)
     if verdict2.status is not Status.PASSED:
@@ -97,10 +97,26 @@ def _judge(result: CaseResult, op: Op, impl: Impl, case: Case, device: str) -> N
     result.status = Status.PASSED
 
 
-def _reference(
-    op: Op, size: tuple[int, ...], dtype: torch.dtype, device: str, seed: int
-) -> tuple[tuple[Any, ...], tuple[torch.Tensor, ...], tuple[torch.Tensor, ...]]:
+Made = tuple[tuple[Any, ...], tuple[torch.Tensor, ...], tuple[torch.Tensor, ...]]
+# A worker checks every impl of one (size, dtype) in a row, then times them: the last few references are kept
+# (inputs pristine; each caller gets fresh copies), so a 1 GiB case computes its float64 reference once, not
+# once per impl.
+_REFERENCES_KEPT = 2
+_references: dict[tuple[Any, ...], Made] = {}
+
+
+def reference_outputs(op: Op, size: tuple[int, ...], dtype: torch.dtype, device: str, seed: int) -> Made:
     """Fresh inputs, the reference in float64 (fp32 where the device has no float64), and in the case dtype."""
+    key = (id(op), op.name, tuple(size), dtype, device, seed)
+    if key not in _references:
+        while len(_references) >= _REFERENCES_KEPT:
+            del _references[next(iter(_references))]
+        _references[key] = _make_reference(op, size, dtype, device, seed)
+    inputs, refs, los = _references[key]
+    return verify.fresh_copies(inputs), refs, los
+
+
+def _make_reference(op: Op, size: tuple[int, ...], dtype: torch.dtype, device: str, seed: int) -> Made:
     inputs = tuple(op.make_inputs(size, dtype, torch.device(device), seed))
     try:
         refs = verify.as_outputs(op.reference(*[verify.to_reference_precision(x) for x in inputs]))

@@ -43,6 +43,14 @@ def load(source: str) -> dict[str, Op]:
     return _loaded[source]
 
 
+def ops_of(target: str, source: str) -> list[Op]:
+    """The ops ``target`` names: a built-in name is that one op (its module may define more); a file, all of them."""
+    ops = load(source)
+    if target in BUILTIN_OPS and target in ops:
+        return [ops[target]]
+    return list(ops.values())
+
+
 def find_op(target: str, name: str | None = None) -> Op:
     """Op ``name`` of ``target`` (a built-in op name or a .py file); a built-in name or a file of one op needs none."""
     ops = load(resolve(target))

@@ -16,6 +16,7 @@ import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -73,7 +74,7 @@ def plan(
     dev = resolve_device(device)
     backends.prepare_process(dev)
     source = loader.resolve(target)
-    ops = list(loader.load(source).values())
+    ops = loader.ops_of(target, source)
     return dev, loader.make_cases(source, ops, dev, impls, sizes, dtypes, seeds)
 
 
@@ -110,7 +111,7 @@ def run_cases(
         raise SpecError(f"--timeout must be positive, got {timeout}")
     report = RunReport(device=device, planned=len(cases))
     with tempfile.TemporaryDirectory(prefix="kernelkit-") as tmp:
-        worker = _Worker(device, Path(tmp) / "worker.log") if isolate else None
+        worker = Worker(device, Path(tmp) / "worker.log") if isolate else None
         try:
             for case in cases:
                 result = worker.run(case, timeout) if worker else _run_here(case, device)
@@ -125,7 +126,10 @@ def run_cases(
     return report
 
 
-def _run_here(case: Case, device: str, on_built: Callable[[], None] | None = None) -> CaseResult:
+def _run_here(case: Any, device: str, on_built: Callable[[], None] | None = None) -> Any:
+    """Run one job here: a Case is checked; any other job (a benchmark group) runs its own ``execute``."""
+    if not isinstance(case, Case):
+        return case.execute(device, on_built)
     try:
         op = loader.load(case.source)[case.op]
     except Exception as exc:  # noqa: BLE001 - reported as the case's status
@@ -133,15 +137,21 @@ def _run_here(case: Case, device: str, on_built: Callable[[], None] | None = Non
     return check_case(case, op, device, on_built)
 
 
-def _failed(case: Case, device: str, status: Status, message: str, log: str = "") -> CaseResult:
+def _failed(case: Any, device: str, status: Status, message: str, log: str = "") -> Any:
+    if not isinstance(case, Case):
+        return case.failed(device, status, message, log)
     return CaseResult(
         op=case.op, impl=case.impl, backend="?", size=case.size, dtype=case.dtype, seed=case.seed,
         device=device, status=status, message=message, log=log,
     )
 
 
-class _Worker:
-    """One spawned worker process at a time, replaced whenever it dies, hangs or loses its CUDA context."""
+class Worker:
+    """One spawned worker process at a time, replaced whenever it dies, hangs or loses its CUDA context.
+
+    A job is a Case (checked, answered with a CaseResult) or any picklable object with ``execute(device,
+    on_built)`` and ``failed(device, status, message, log)`` whose result has ``status``, ``log`` and ``details``.
+    """
 
     def __init__(self, device: str, log_path: Path) -> None:
         self.device = device
@@ -149,7 +159,7 @@ class _Worker:
         self.process: multiprocessing.process.BaseProcess | None = None
         self.conn: multiprocessing.connection.Connection | None = None
 
-    def run(self, case: Case, timeout: float) -> CaseResult:
+    def run(self, case: Any, timeout: float) -> Any:
         if self.process is None:
             problem = self._start()
             if problem:
@@ -161,7 +171,7 @@ class _Worker:
         reply = self._await(case, BUILD_TIMEOUT, "while loading the op and building its kernels")
         if reply == _BUILT:
             reply = self._await(case, timeout, "")
-        if not isinstance(reply, CaseResult):
+        if not hasattr(reply, "status"):
             self._discard()
             reply = _failed(case, self.device, Status.CRASHED, f"the worker sent {reply!r} instead of a result")
         result = reply

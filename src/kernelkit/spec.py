@@ -115,6 +115,7 @@ class Op:
     dtypes: list[torch.dtype]
     cpu_sizes: list[Size]
     make_inputs: InputFactory
+    bench_sizes: list[Size] = field(default_factory=list)  # the default sweep of `kernelkit bench` (GPU)
     bytes_fn: CostFn | None = None
     flops_fn: CostFn | None = None
     tolerance: dict[torch.dtype, tuple[float, float]] = field(default_factory=dict)
@@ -172,6 +173,9 @@ class Op:
     def sizes_for(self, device: str) -> list[Size]:
         return self.cpu_sizes if device == "cpu" else self.sizes
 
+    def bench_sizes_for(self, device: str) -> list[Size]:
+        return self.cpu_sizes if device == "cpu" else (self.bench_sizes or self.sizes)
+
     def tolerance_for(self, dtype: torch.dtype) -> tuple[float, float]:
         if dtype in self.tolerance:
             return self.tolerance[dtype]
@@ -223,6 +227,7 @@ def op(
     flops: CostFn | None = None,
     tolerance: dict[torch.dtype, tuple[float, float]] | None = None,
     name: str | None = None,
+    bench_sizes: Sequence[Size] | None = None,
 ) -> Any:
     """Declare an op: decorate its reference (plain PyTorch, the spec).
 
@@ -230,6 +235,7 @@ def op(
     by default each size's dimensions capped at 64. inputs(size, dtype, device, seed) -> tuple of arguments;
     by default one seeded standard-normal tensor of ``size`` per positional parameter of the reference.
     bytes/flops(*inputs) -> int: the cost of one call, for bandwidth and throughput figures.
+    bench_sizes: the sizes ``kernelkit bench`` sweeps on a GPU (default: ``sizes``); on the CPU it uses cpu_sizes.
     """
 
     def build(fn: Callable[..., Any]) -> Op:
@@ -245,6 +251,7 @@ def op(
             dtypes=list(dtypes),
             cpu_sizes=small,
             make_inputs=inputs or _default_inputs(fn),
+            bench_sizes=[_as_size(s) for s in bench_sizes] if bench_sizes else shapes,
             bytes_fn=bytes,
             flops_fn=flops,
             tolerance=dict(tolerance or {}),

@@ -51,6 +51,18 @@ def clone_inputs(inputs: Sequence[Any]) -> tuple[Any, ...]:
     return tuple(x.clone() if isinstance(x, torch.Tensor) else x for x in inputs)
 
 
+def fresh_copies(inputs: Sequence[Any]) -> tuple[Any, ...]:
+    """Copies of the tensor inputs in new memory with the same layout: strides, storage offset and so the same
+    alignment (a view one element into its buffer stays one element in), so an impl sees what it was given."""
+    return tuple(_same_layout_copy(x) if isinstance(x, torch.Tensor) else x for x in inputs)
+
+
+def _same_layout_copy(x: torch.Tensor) -> torch.Tensor:
+    copy = torch.empty(0, dtype=x.dtype, device=x.device)
+    copy.set_(x.untyped_storage().clone(), x.storage_offset(), x.size(), x.stride())
+    return copy
+
+
 def reference_error(lo: torch.Tensor, ref: torch.Tensor) -> float:
     """eps_lo: the low-precision reference's own error, max |lo - ref| / (1 + |ref|) over finite elements."""
     lo64, ref64 = lo.detach().to(torch.float64), ref.detach().to(torch.float64)

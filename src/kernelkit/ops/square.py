@@ -26,6 +26,7 @@ from kernelkit.spec import op
     sizes=[(4096, 4096), (1823, 781), (1, 4097)],
     cpu_sizes=[(64, 48), (33, 17), (1, 257)],  # interpreter and simulator run ~1 ms per program / 100 us per thread
     dtypes=[torch.float32, torch.bfloat16, torch.float16],
+    bench_sizes=[(1 << 20,), (1 << 24,), (1 << 26,), (1 << 28,)],  # 4 MiB .. 1 GiB of fp32 input
     bytes=lambda x: 2 * x.numel() * x.element_size(),
     flops=lambda x: x.numel(),
 )
@@ -154,7 +155,7 @@ def square_numba_2d(x: torch.Tensor) -> torch.Tensor:
     y = torch.empty_like(rows)
     if rows.numel():
         block = (16, 16)
-        grid = ((rows.shape[0] + 15) // 16, (rows.shape[1] + 15) // 16)
+        grid = ((rows.shape[1] + 15) // 16, (rows.shape[0] + 15) // 16)  # (column blocks, row blocks)
         from kernelkit.ops.square_numba import square_2d_kernel
 
         launch(square_2d_kernel, grid, block, rows, y)

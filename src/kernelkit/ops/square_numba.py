@@ -10,7 +10,9 @@ from numba import cuda
 @cuda.jit
 def square_2d_kernel(x, y):
     # The learner's Numba version: one thread per element on a 2D grid; reads 1 element, writes 1.
-    row, col = cuda.grid(2)
+    # Columns on the grid's x axis: neighbouring threads read neighbouring elements, and x allows 2**31 - 1
+    # blocks where y allows only 65535 (a (1, 2**20) tensor has 65536 column blocks).
+    col, row = cuda.grid(2)
     if row < x.shape[0] and col < x.shape[1]:
         y[row, col] = x[row, col] * x[row, col]
 

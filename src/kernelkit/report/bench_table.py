@@ -47,9 +47,11 @@ def bench_table(results: Sequence[BenchResult], *, title: str = "", show_ci: boo
                *(["TFLOP/s"] if show_tflops else []), "% of ceiling", *(f"vs {name}" for name in vs), "status", "notes",
                *(["message"] if show_message else [])]
     left = {"op", "impl", "size", "dtype", "status", "notes", "message"}
+    wrapping = {"notes": 40}  # everything else stays on one line; a long message is cut (the CLI prints it whole)
     for name in columns:
-        table.add_column(name, justify="left" if name in left else "right", overflow="fold",
-                         max_width=60 if name in ("notes", "message") else None)
+        table.add_column(name, justify="left" if name in left else "right",
+                         overflow="fold" if name in wrapping else "ellipsis", no_wrap=name not in wrapping,
+                         max_width=wrapping.get(name, 48 if name == "message" else None))
     baselines = baseline_impls(results)
     previous = None
     for r in _ordered(results, baselines):

@@ -1,0 +1,509 @@
+"""The device a measurement ran on: its fingerprint (what, with which versions, at which clocks) and its ceilings.
+
+Ceilings are measured here, not copied from data sheets: the device-to-device copy bandwidth (read + write) and the
+dense-matmul rate of each dtype, each timed by the timing engine in hot mode. Measuring takes ~15 s on a GPU, so
+the result is cached on disk per GPU, driver and torch version (``calibrate``). Nothing here changes a clock or a
+setting, except torch's TF32 flag around the fp32/tf32 matmuls, which is restored.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.metadata
+import json
+import math
+import os
+import platform
+import re
+import subprocess
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from kernelkit.cache import cache_dir, write_atomic
+from kernelkit.errors import BackendUnavailable
+from kernelkit.measure.clocks import ClockReader
+from kernelkit.measure.measurement import Ceiling, Measurement
+
+Bench = Callable[..., Measurement]  # the signature of kernelkit.measure.timer.bench
+
+CACHE_FORMAT = 1  # bump when Ceilings changes meaning: older cache files are then measured again
+GIT_TIMEOUT_S = 5.0
+CPU_CACHE_DEFAULT = 32 << 20  # when /sys does not say: a typical server L3
+
+GPU_COPY_BYTES = 2 << 30  # per buffer: ~40x an H100's 50 MB L2, so hot-mode copies stream from HBM
+GPU_MATMUL_N = 8192  # 1.1 TFLOP per call: long enough to reach the steady-state clock, short enough to repeat
+CPU_COPY_BYTES = 256 << 20  # 8x a 32 MiB L3
+CPU_MATMUL_N = 2048
+MATMUL_KINDS = ("fp32", "tf32", "bf16", "fp16", "fp8")
+MATMUL_DTYPES = {"fp32": torch.float32, "tf32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+DTYPE_KINDS = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16", "float8_e4m3fn": "fp8"}
+PACKAGES = {"triton": "triton", "numba": "numba", "numba_cuda": "numba-cuda", "cuda_core": "cuda-core"}
+
+
+# --- fingerprint -------------------------------------------------------------------------------------------------
+
+
+def fingerprint(user_file: str | None = None) -> dict[str, Any]:
+    """What a measurement ran on and with: device, versions, clocks, and the git state of ``user_file``.
+
+    Never raises: whatever cannot be read is None. CPU-only: ``device_name`` is 'CPU: <model>', ``gpu_count`` 0
+    and the other GPU fields None. Package versions come from installed metadata; triton is never imported.
+    """
+    cpu = cpu_model()
+    info: dict[str, Any] = {
+        "device_name": f"CPU: {cpu}",
+        "gpu_name": None,
+        "gpu_count": 0,
+        "compute_capability": None,
+        "driver_version": None,
+        "cuda_runtime": torch.version.cuda,
+        "l2_bytes": None,
+        "sm_clock_max_mhz": None,
+        "sm_clock_mhz": None,
+        "mem_clock_mhz": None,
+        "throttle_reasons": None,
+        "torch": torch.__version__,
+        **{key: _package_version(dist) for key, dist in PACKAGES.items()},
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "host": platform.node(),
+        "cpu": cpu,
+        "user_file": None,
+        "git_commit": None,
+        "git_dirty": None,
+    }
+    info.update(_gpu_fingerprint())
+    if user_file:
+        info["user_file"] = str(Path(user_file).resolve())
+        info["git_commit"], info["git_dirty"] = git_state(user_file)
+    return info
+
+
+def _gpu_fingerprint() -> dict[str, Any]:
+    try:
+        if not torch.cuda.is_available():
+            return {}
+        index = torch.cuda.current_device()
+        props = torch.cuda.get_device_properties(index)
+        count = torch.cuda.device_count()
+    except Exception:  # noqa: BLE001 - a broken CUDA setup is described as CPU-only; a fingerprint never raises
+        return {}
+    info: dict[str, Any] = {
+        "device_name": props.name,
+        "gpu_name": props.name,
+        "gpu_count": count,
+        "compute_capability": f"{props.major}.{props.minor}",
+        "l2_bytes": getattr(props, "L2_cache_size", None),
+    }
+    reader = ClockReader.open(index)
+    if reader is not None:
+        with reader:
+            info["sm_clock_max_mhz"] = _finite(reader.max_sm_clock_mhz())
+            info["sm_clock_mhz"] = _finite(reader.sm_clock_mhz())
+            info["mem_clock_mhz"] = _finite(reader.mem_clock_mhz())
+            info["throttle_reasons"] = reader.throttle_reasons()
+            info["driver_version"] = reader.driver_version()
+    if info.get("driver_version") is None:
+        info["driver_version"] = _driver_version_without_nvml()
+    return info
+
+
+def git_state(path: str | os.PathLike[str]) -> tuple[str | None, bool | None]:
+    """(HEAD commit of the repository holding ``path``, whether ``path`` differs from it or is untracked).
+
+    Each is None when git is missing, times out, or ``path`` is not in a repository.
+    """
+    file = Path(path).resolve()
+    where = str(file if file.is_dir() else file.parent)
+    commit = _git(where, "rev-parse", "HEAD")
+    status = _git(where, "status", "--porcelain", "--", str(file))
+    return commit or None, None if status is None else bool(status)
+
+
+def _git(where: str, *args: str) -> str | None:
+    # No optional locks: a fingerprint must not take index.lock from under the user's own git commands.
+    env = {**os.environ, "GIT_OPTIONAL_LOCKS": "0", "GIT_TERMINAL_PROMPT": "0"}
+    try:
+        done = subprocess.run(["git", "-C", where, *args], capture_output=True, text=True, timeout=GIT_TIMEOUT_S,
+                              env=env, errors="replace")
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return done.stdout.strip() if done.returncode == 0 else None
+
+
+def device_name(device: torch.device | str) -> str:
+    """'NVIDIA H100 80GB HBM3' for a CUDA device, 'CPU: <model>' for the CPU (cheap: no fingerprint)."""
+    device = torch.device(device)
+    return torch.cuda.get_device_name(device) if device.type == "cuda" else f"CPU: {cpu_model()}"
+
+
+def cpu_model() -> str:
+    """The CPU's model name ('AMD EPYC 9654 96-Core Processor'), from /proc/cpuinfo where there is one."""
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text(errors="replace").splitlines():
+            if line.startswith("model name") and ":" in line:
+                return line.split(":", 1)[1].strip()
+    return platform.processor() or platform.machine() or "unknown"
+
+
+def l2_bytes(device: torch.device | str) -> int:
+    """The last-level cache a cold-cache timing must evict, in bytes.
+
+    CUDA: the GPU's L2 (device properties). CPU: an estimate, the largest cache level cpu0 reports under
+    /sys/devices/system/cpu/cpu0/cache/index*/size (usually the shared L3), else 32 MiB.
+    """
+    device = torch.device(device)
+    if device.type == "cuda":
+        return int(torch.cuda.get_device_properties(device).L2_cache_size)
+    sizes = []
+    for entry in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*/size"):
+        with contextlib.suppress(OSError, ValueError):
+            sizes.append(_parse_size(entry.read_text()))
+    return max(sizes, default=CPU_CACHE_DEFAULT) or CPU_CACHE_DEFAULT
+
+
+def _parse_size(text: str) -> int:
+    """'32768K' -> 33554432; sysfs cache sizes carry a K, M or G suffix (binary units) or none."""
+    text = text.strip().upper()
+    scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:], 1)
+    return int(text.rstrip("KMG")) * scale
+
+
+def _package_version(dist: str) -> str | None:
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def _driver_version_without_nvml() -> str | None:
+    """The kernel module's version from /proc, else the CUDA driver API version torch reports ('cuda-api-13.0')."""
+    with contextlib.suppress(OSError):
+        found = re.search(r"Kernel Module\s+(\S+)", Path("/proc/driver/nvidia/version").read_text())
+        if found:
+            return found.group(1)
+    get = getattr(torch._C, "_cuda_getDriverVersion", None)
+    if get is None:
+        return None
+    try:
+        version = int(get())
+    except (RuntimeError, TypeError, ValueError):
+        return None
+    return f"cuda-api-{version // 1000}.{version % 1000 // 10}" if version else None
+
+
+def _finite(value: float) -> float | None:
+    return None if math.isnan(value) else value
+
+
+# --- ceilings ----------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Ceilings:
+    """Measured limits of one device: what a kernel's rates are compared with.
+
+    ``copy_gbps`` counts read + write (2 * bytes / time of ``y.copy_(x)``); ``matmul_tflops`` maps 'fp32' (TF32
+    off), 'tf32', 'bf16', 'fp16' and 'fp8' to dense square-matmul rates where measured; ``notes`` says how each
+    figure was measured (sizes, mode, n, median, spread) or why it was skipped.
+    """
+
+    device_name: str
+    key: str  # see cache_key
+    copy_gbps: float
+    matmul_tflops: dict[str, float] = field(default_factory=dict)
+    notes: dict[str, Any] = field(default_factory=dict)
+    measured_at: str = ""  # ISO 8601, UTC
+    device: str = "cuda"  # "cuda" or "cpu": CPU ceilings describe the CPU, never a GPU
+
+    def flops_ceiling(self, dtype: str) -> tuple[str, float] | None:
+        """(kind, TFLOP/s) of the matmul rate a case of ``dtype`` ('bfloat16', 'torch.float16', ...) compares with.
+
+        float32 compares with the TF32-off rate, whatever the process's TF32 flag. None when not measured.
+        """
+        kind = DTYPE_KINDS.get(str(dtype).removeprefix("torch."))
+        if kind is None or kind not in self.matmul_tflops:
+            return None
+        return kind, self.matmul_tflops[kind]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"format": CACHE_FORMAT, **asdict(self)}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Ceilings:
+        """The inverse of to_dict; ValueError, KeyError or TypeError for data of another format or shape."""
+        if data.get("format", CACHE_FORMAT) != CACHE_FORMAT:
+            raise ValueError(f"ceilings of format {data.get('format')!r}, expected {CACHE_FORMAT}")
+        return cls(
+            device_name=str(data["device_name"]),
+            key=str(data["key"]),
+            copy_gbps=float(data["copy_gbps"]),
+            matmul_tflops={str(k): float(v) for k, v in data["matmul_tflops"].items()},
+            notes=dict(data.get("notes", {})),
+            measured_at=str(data.get("measured_at", "")),
+            device=str(data.get("device", "cuda")),
+        )
+
+
+def ceiling_for(result_bytes: int | None, result_flops: int | None, seconds: float, dtype: str,
+                ceilings: Ceilings) -> Ceiling:
+    """A result's achieved rates as % of the device's ceilings; None where the cost model or a ceiling is missing.
+
+    Above 105% the Ceiling is ``suspect``: the kernel skipped work or the cost model overstates it.
+    """
+    ceiling = Ceiling()
+    if not seconds or seconds <= 0 or not math.isfinite(seconds):
+        return ceiling
+    if result_bytes and ceilings.copy_gbps > 0:
+        ceiling.bandwidth_gbps = ceilings.copy_gbps
+        ceiling.pct_bandwidth = result_bytes / seconds / 1e9 / ceilings.copy_gbps * 100
+    rate = ceilings.flops_ceiling(dtype) if result_flops else None
+    if rate is not None and rate[1] > 0:
+        ceiling.flops_kind, ceiling.tflops = rate
+        ceiling.pct_flops = result_flops / seconds / 1e12 / rate[1] * 100
+    return ceiling
+
+
+def cache_key(device: torch.device | str = "cuda") -> str:
+    """The name ceilings of ``device`` are cached under.
+
+    GPU: '<gpu name>_driver-<driver>_torch-<torch>', e.g. 'NVIDIA-H100-80GB-HBM3_driver-580.95.05_torch-2.11.0+cu130'.
+    CPU: 'CPU-<model>-<n>threads_torch-<torch>' (torch's thread count sets the CPU matmul rate).
+    Characters other than letters, digits, '.', '+' and '-' become '-'.
+    """
+    return _identity(_resolve(device))[1]
+
+
+def load_cached(device: torch.device | str = "cuda") -> Ceilings | None:
+    """The cached ceilings of ``device``, without measuring; None when there are none (or no such device here)."""
+    try:
+        dev = _resolve(device)
+    except BackendUnavailable:
+        return None
+    key = _identity(dev)[1]
+    return _read_cache(_cache_path(key), key)
+
+
+def calibrate(device: torch.device | str = "cuda", *, force: bool = False, budget: float = 2.0,
+              bench: Bench | None = None) -> Ceilings:
+    """The device's measured ceilings, read from the disk cache when present (``force``: measure again).
+
+    GPU: copy over two 2 GiB buffers, then 8192^3 matmuls in fp32 (TF32 off), tf32, bf16, fp16 and fp8 (sm_89+,
+    torch._scaled_mm), each timed hot for up to ``budget`` seconds. CPU: copy over 256 MiB and an fp32 2048^3
+    matmul. ``bench`` replaces kernelkit.measure.timer.bench (tests pass a fake; None: the real timer).
+    A cache file that cannot be read is measured again and overwritten.
+    """
+    dev = _resolve(device)
+    device_name, key = _identity(dev)
+    path = _cache_path(key)
+    if not force:
+        cached = _read_cache(path, key)
+        if cached is not None:
+            return cached
+    bench = bench or _timer_bench()
+    measure = _measure_gpu if dev.type == "cuda" else _measure_cpu
+    copy_gbps, tflops, notes = measure(dev, bench, budget)
+    measured_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    ceilings = Ceilings(device_name, key, copy_gbps, tflops, notes, measured_at, dev.type)
+    write_atomic(path, json.dumps(ceilings.to_dict(), indent=2).encode())
+    return ceilings
+
+
+def _timer_bench() -> Bench:
+    from kernelkit.measure import timer  # imported late: the timer imports more, and tests replace timer.bench
+
+    return timer.bench
+
+
+def _resolve(device: torch.device | str) -> torch.device:
+    dev = torch.device(device)
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            raise BackendUnavailable("no CUDA device here; calibrate('cpu') measures the CPU's ceilings instead")
+        return dev if dev.index is not None else torch.device("cuda", torch.cuda.current_device())
+    if dev.type != "cpu":
+        raise BackendUnavailable(f"ceilings are measured for 'cuda' and 'cpu' devices, not {dev.type!r}")
+    return dev
+
+
+def _identity(dev: torch.device) -> tuple[str, str]:
+    """(device name, cache key) of a resolved device."""
+    name = device_name(dev)
+    if dev.type == "cpu":
+        return name, f"CPU-{_slug(cpu_model())}-{torch.get_num_threads()}threads_torch-{_slug(torch.__version__)}"
+    reader = ClockReader.open(dev.index or 0)
+    driver = None
+    if reader is not None:
+        with reader:
+            driver = reader.driver_version()
+    driver = driver or _driver_version_without_nvml() or "unknown"
+    return name, f"{_slug(name)}_driver-{_slug(driver)}_torch-{_slug(torch.__version__)}"
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9.+-]+", "-", text).strip("-") or "unknown"
+
+
+def _cache_path(key: str) -> Path:
+    return cache_dir("ceilings") / f"{key}.json"
+
+
+def _read_cache(path: Path, key: str) -> Ceilings | None:
+    try:
+        ceilings = Ceilings.from_dict(json.loads(path.read_text()))
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):  # missing, corrupt or older: measure again
+        return None
+    return ceilings if ceilings.key == key else None
+
+
+# --- measuring ---------------------------------------------------------------------------------------------------
+
+
+def _measure_gpu(dev: torch.device, bench: Bench, budget: float) -> tuple[float, dict[str, float], dict[str, Any]]:
+    nbytes, shortage = _gpu_copy_bytes(dev)
+    copy_gbps, copy_note = _copy_rate(dev, nbytes, bench, budget)
+    if shortage:
+        copy_note["shortage"] = shortage
+    notes: dict[str, Any] = {"copy": copy_note}
+    tflops: dict[str, float] = {}
+    torch.cuda.empty_cache()  # hand the copy buffers back before the matmuls
+    for kind in MATMUL_KINDS:
+        reason = _fp8_unsupported(dev) if kind == "fp8" else None
+        if reason is None:
+            try:
+                tflops[kind], notes[kind] = _matmul_rate(kind, dev, GPU_MATMUL_N, bench, budget)
+            except RuntimeError as exc:
+                if kind != "fp8":
+                    raise
+                reason = f"torch._scaled_mm failed: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
+        if reason is not None:
+            notes[kind] = {"skipped": reason}
+    torch.cuda.empty_cache()
+    return copy_gbps, tflops, notes
+
+
+def _measure_cpu(dev: torch.device, bench: Bench, budget: float) -> tuple[float, dict[str, float], dict[str, Any]]:
+    copy_gbps, copy_note = _copy_rate(dev, CPU_COPY_BYTES, bench, budget)
+    fp32, fp32_note = _matmul_rate("fp32", dev, CPU_MATMUL_N, bench, budget)
+    copy_note["threads"] = fp32_note["threads"] = torch.get_num_threads()
+    notes: dict[str, Any] = {"copy": copy_note, "fp32": fp32_note}
+    for kind in MATMUL_KINDS[1:]:
+        notes[kind] = {"skipped": "CPU: only the fp32 matmul rate is calibrated"}
+    return copy_gbps, {"fp32": fp32}, notes
+
+
+def _gpu_copy_bytes(dev: torch.device) -> tuple[int, str]:
+    """(bytes per copy buffer, why it is below GPU_COPY_BYTES or ''): two buffers within 80% of free memory."""
+    free, _total = torch.cuda.mem_get_info(dev)
+    fits = int(free * 0.8) // 2 >> 20 << 20  # whole MiB
+    if fits >= GPU_COPY_BYTES:
+        return GPU_COPY_BYTES, ""
+    if fits <= 0:
+        raise BackendUnavailable(f"only {free >> 20} MiB of GPU memory free: too little to measure copy bandwidth")
+    why = f"only {free / 2**30:.1f} GiB free: buffers of {fits / 2**30:.2f} GiB instead of {GPU_COPY_BYTES >> 30} GiB"
+    l2 = l2_bytes(dev)
+    if fits < 8 * l2:
+        why += f"; {fits / l2:.1f}x the L2, so the copy rate may include cache hits"
+    return fits, why
+
+
+def _copy_rate(dev: torch.device, nbytes: int, bench: Bench, budget: float) -> tuple[float, dict[str, Any]]:
+    # Filled, not torch.empty: untouched CPU pages all map to the kernel's zero page and read from cache.
+    src = torch.ones(nbytes, dtype=torch.uint8, device=dev)
+    dst = torch.empty_like(src)
+    moved = 2 * nbytes  # each call reads src and writes dst
+    m = bench(_copy, dst, src, mode="hot", bytes=moved, budget=budget, label="ceiling: copy")
+    note = _note(m, what="y.copy_(x)", buffer_bytes=nbytes, bytes_per_call=moved)
+    del src, dst
+    return moved / m.median / 1e9, note
+
+
+def _matmul_rate(kind: str, dev: torch.device, n: int, bench: Bench, budget: float) -> tuple[float, dict[str, Any]]:
+    fn, args, what = _matmul_call(kind, dev, n)
+    flops = 2 * n**3
+    tf32 = _tf32_matmul(kind == "tf32") if dev.type == "cuda" and kind in ("fp32", "tf32") else contextlib.nullcontext()
+    with tf32:
+        m = bench(fn, *args, mode="hot", flops=flops, budget=budget, label=f"ceiling: {kind} matmul")
+    return flops / m.median / 1e12, _note(m, what=what, size=f"{n}x{n}x{n}", flops_per_call=flops)
+
+
+def _matmul_call(kind: str, dev: torch.device, n: int) -> tuple[Callable[..., Any], tuple[Any, ...], str]:
+    """(function, its arguments, what it does) for one square matmul of ``kind``; random inputs, as real data."""
+    if kind == "fp8":
+        a = torch.randn(n, n, device=dev).to(torch.float8_e4m3fn)
+        b = torch.randn(n, n, device=dev).to(torch.float8_e4m3fn).t()  # column-major, as _scaled_mm requires
+        one = torch.ones((), device=dev, dtype=torch.float32)
+        return _scaled_mm_bf16, (a, b, one, one), "torch._scaled_mm e4m3 x e4m3 -> bf16, tensor scales, fast accum"
+    dtype = MATMUL_DTYPES[kind]
+    a, b = (torch.randn(n, n, device=dev, dtype=dtype) for _ in range(2))
+    what = "torch.mm(a, b, out=c)"
+    if dev.type == "cuda" and kind in ("fp32", "tf32"):
+        what += f", torch.backends.cuda.matmul.allow_tf32={kind == 'tf32'}"
+    return _mm, (a, b, torch.empty_like(a)), what
+
+
+def _fp8_unsupported(dev: torch.device) -> str | None:
+    if not hasattr(torch, "_scaled_mm") or not hasattr(torch, "float8_e4m3fn"):
+        return f"torch {torch.__version__} has no torch._scaled_mm or float8_e4m3fn"
+    major, minor = torch.cuda.get_device_capability(dev)
+    if (major, minor) < (8, 9):
+        return f"fp8 matmul needs sm_89 or newer; this GPU is sm_{major}{minor}"
+    return None
+
+
+@contextlib.contextmanager
+def _tf32_matmul(enabled: bool) -> Iterator[None]:
+    """Sets torch's cuBLAS TF32 flag for the block and restores it after."""
+    flags = torch.backends.cuda.matmul
+    try:
+        previous = flags.allow_tf32
+    except RuntimeError:
+        # The process mixed torch's legacy and new (fp32_precision) TF32 APIs, so the legacy flag cannot be read:
+        # use the new one throughout rather than mix them further.
+        precision = flags.fp32_precision
+        flags.fp32_precision = "tf32" if enabled else "ieee"
+        try:
+            yield
+        finally:
+            flags.fp32_precision = precision
+        return
+    flags.allow_tf32 = enabled
+    try:
+        yield
+    finally:
+        flags.allow_tf32 = previous
+
+
+def _copy(dst: torch.Tensor, src: torch.Tensor) -> None:
+    dst.copy_(src)
+
+
+def _mm(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor) -> None:
+    torch.mm(a, b, out=out)
+
+
+def _scaled_mm_bf16(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: torch.Tensor) -> torch.Tensor:
+    return torch._scaled_mm(a, b, scale_a=scale_a, scale_b=scale_b, out_dtype=torch.bfloat16, use_fast_accum=True)
+
+
+def _note(m: Measurement, **what: Any) -> dict[str, Any]:
+    """How a ceiling was measured: what ran, and the timing's mode, n, median and spread."""
+    stats = m.stats
+    return {
+        **what,
+        "mode": m.mode,
+        "n": stats.n,
+        "median_s": stats.median,
+        "p20_s": stats.p20,
+        "p80_s": stats.p80,
+        "iqr_rel": stats.iqr_rel,
+        "stop_reason": m.stop_reason,
+        "dropped": m.dropped,
+        "clock_scaling": m.clock_scaling,
+        "warnings": list(m.warnings),
+    }

@@ -1,0 +1,330 @@
+"""Benchmark an op: check every impl, then time impls and baselines side by side, one (size, dtype) at a time.
+
+For each (op, size, dtype) of the sweep, in one worker process:
+1. the correctness gate: each impl (and the torch.compile baseline) is checked as ``kernelkit check`` would;
+   only the PASSED ones are timed;
+2. a BenchJob times them together with the eager and torch.compile baselines, interleaved (timer.bench_many),
+   each on its own fresh copy of the inputs; the output of each one's last timed call is checked again;
+3. rates from the op's cost model, % of the device's calibrated ceilings (SUSPECT above 105%) and speedups
+   against each baseline with a 95% bootstrap interval.
+Every result goes to the results store as soon as it exists, so an interrupted sweep keeps what finished.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from kernelkit import backends, loader, runner, verify
+from kernelkit.check import describe_exception, reference_outputs
+from kernelkit.measure import timer
+from kernelkit.measure.measurement import BenchResult
+from kernelkit.measure.stats import speedup
+from kernelkit.measure.timer import Contender, MeasureFailure, Settings
+from kernelkit.results import CaseResult, Status
+from kernelkit.spec import Case, Impl, Op, Size, dtype_name, parse_dtype
+
+BASELINES = ("eager", "compile")  # eager: the reference as written; compile: torch.compile of it
+JOB_SLACK = 60.0  # seconds on top of the timing budget for one job: warm-up, probes, the final checks
+PER_CONTENDER_SLACK = 5.0
+
+OnBenchResult = Callable[[BenchResult], None]
+
+
+@dataclass
+class SweepReport:
+    """Every result of a sweep, in order; ``run_id`` when they were stored."""
+
+    device: str
+    mode: str
+    results: list[BenchResult] = field(default_factory=list)
+    run_id: int | None = None
+    interrupted: bool = False
+    env: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return not self.interrupted and bool(self.results) and not any(r.status.failed for r in self.results)
+
+
+@dataclass
+class GroupOutcome:
+    """A BenchJob's answer from the worker: one BenchResult per contender."""
+
+    results: list[BenchResult]
+    log: str = ""
+    details: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def status(self) -> Status:
+        failed = [r.status for r in self.results if r.status.failed]
+        return failed[0] if failed else Status.PASSED
+
+
+@dataclass(frozen=True)
+class BenchJob:
+    """Time ``contenders`` ((name, role) pairs) of one op at one size and dtype, in the process that runs it."""
+
+    source: str
+    op: str
+    size: Size
+    dtype: str
+    seed: int
+    contenders: tuple[tuple[str, str], ...]
+    settings: Settings
+
+    @property
+    def timeout(self) -> float:
+        """Seconds the timing may take once every contender is built (its first call made)."""
+        per = self.settings.budget + timer.WARMUP_MAX_SECONDS + PER_CONTENDER_SLACK
+        return JOB_SLACK + len(self.contenders) * per
+
+    def failed(self, device: str, status: Status, message: str, log: str = "") -> GroupOutcome:
+        return GroupOutcome([self._result(name, role, device, status, message) for name, role in self.contenders],
+                            log=log)
+
+    def _result(self, name: str, role: str, device: str, status: Status, message: str = "",
+                backend: str = "?") -> BenchResult:
+        return BenchResult(self.op, name, backend, self.size, self.dtype, device, self.settings.mode, status,
+                           role=role, message=message)
+
+    def execute(self, device: str, on_built: Callable[[], None] | None = None) -> GroupOutcome:
+        """Build each contender (its first call, timed), then time them all; failures are per contender."""
+        op = loader.load(self.source)[self.op]
+        dtype = parse_dtype(self.dtype)
+        inputs, refs, los = reference_outputs(op, self.size, dtype, device, self.seed)
+        nbytes, flops = op.cost(inputs, los)
+        working = sum(t.numel() * t.element_size() for t in (*inputs, *los) if isinstance(t, torch.Tensor))
+        atol, rtol = op.tolerance_for(dtype)
+        ceilings = _ceilings(device)
+
+        results: dict[str, BenchResult] = {}
+        entries: list[tuple[BenchResult, Contender, list[Any]]] = []
+        for name, role in self.contenders:
+            impl = _contender_impl(op, name)
+            result = self._result(name, role, device, Status.PASSED, backend=impl.backend)
+            results[name] = result
+            try:
+                contender, last = _prepare(impl, inputs, nbytes, flops, working, device)
+            except Exception as exc:  # noqa: BLE001 - reported as this contender's status
+                result.status, result.message = Status.RUNTIME_ERROR, describe_exception(exc)
+                continue
+            entries.append((result, contender, last))
+        if on_built is not None:
+            on_built()
+
+        measured = timer.bench_many([c for _, c, _ in entries], self.settings, device)
+        for (result, _, last), m in zip(entries, measured, strict=True):
+            if isinstance(m, MeasureFailure):
+                result.status, result.message = Status.RUNTIME_ERROR, describe_exception(m.error)
+                continue
+            if ceilings is not None:
+                from kernelkit.measure import device as device_info
+
+                m.ceiling = device_info.ceiling_for(nbytes, flops, m.median, self.dtype, ceilings)
+            result.measurement = m
+            verdict = _recheck(last[0], inputs, refs, los, atol, rtol)
+            if verdict is not None:
+                result.status, result.message = verdict
+        _speedups(list(results.values()))
+        details = {"context_lost": True} if device == "cuda" and backends.cuda_context_lost() else {}
+        return GroupOutcome(list(results.values()), details=details)
+
+
+def _contender_impl(op: Op, name: str) -> Impl:
+    if name == "eager" and "eager" not in op.impls:
+        return Impl("eager", "eager", op.reference, description="the reference, eager PyTorch")
+    return op.get_impl(name)
+
+
+def _prepare(
+    impl: Impl, inputs: Sequence[Any], nbytes: int, flops: int | None, working: int, device: str
+) -> tuple[Contender, list[Any]]:
+    """A fresh copy of the inputs, a callable keeping its last output, and the first call made and timed."""
+    mine = verify.fresh_copies(inputs)
+    last: list[Any] = [None]
+    fn = impl.fn
+
+    def call() -> None:
+        last[0] = fn(*mine)
+
+    if device == "cuda":
+        torch.cuda.synchronize()
+    start = time.perf_counter()
+    call()
+    if device == "cuda":
+        torch.cuda.synchronize()
+    first = time.perf_counter() - start
+    return Contender(impl.name, call, nbytes, flops, working, first_call=first), last
+
+
+def _recheck(
+    output: Any, inputs: Sequence[Any], refs: Sequence[torch.Tensor], los: Sequence[torch.Tensor],
+    atol: float, rtol: float,
+) -> tuple[Status, str] | None:
+    """None when the last timed call's output is still right; else why not."""
+    outs = verify.as_outputs(output)
+    bad = verify.check_structure(outs, los)
+    if bad is not None:
+        return bad.status, f"the last timed call's output: {bad.message}"
+    for comp in verify.compare_outputs(outs, refs, los, atol, rtol):
+        if not comp.ok:
+            return Status.INCORRECT_NUMERICS, f"the last timed call's output is wrong: {comp.describe()}"
+    return None
+
+
+def _speedups(results: list[BenchResult]) -> None:
+    """Each timed result against each timed baseline (the compile baseline against eager)."""
+    baselines = {r.impl: r for r in results if r.role == "baseline" and r.status is Status.PASSED and r.measurement}
+    for r in results:
+        if r.status is not Status.PASSED or r.measurement is None:
+            continue
+        for name, base in baselines.items():
+            if base is r or (r.role == "baseline" and name != "eager"):
+                continue
+            assert base.measurement is not None
+            r.speedups[name] = speedup(base.measurement.samples, r.measurement.samples)
+
+
+def _ceilings(device: str) -> Any:
+    """The device's calibrated ceilings (measured once, then cached on disk); None when calibration fails."""
+    from kernelkit.measure import device as device_info
+
+    try:
+        return device_info.calibrate(device)
+    except Exception as exc:  # noqa: BLE001 - a result without % of ceiling beats no result
+        print(f"kernelkit: calibration failed, results carry no % of ceiling: {describe_exception(exc)}")
+        return None
+
+
+def bench_op(
+    target: str,
+    *,
+    impls: Sequence[str] = (),
+    sizes: Sequence[Size] = (),
+    dtypes: Sequence[torch.dtype] = (),
+    device: str | None = None,
+    mode: str = "cold",
+    budget: float = timer.DEFAULT_BUDGET,
+    rse_target: float = timer.DEFAULT_RSE,
+    baselines: bool = True,
+    timeout: float = runner.DEFAULT_TIMEOUT,
+    store: Any = None,
+    command: str = "",
+    on_result: OnBenchResult | None = None,
+) -> SweepReport:
+    """Benchmark ``target`` (a built-in op name or a .py file): every impl (or ``impls``) at every size and dtype.
+
+    sizes: default the op's bench_sizes (cpu_sizes on the CPU). store: a store.Store to record the run in.
+    Each (size, dtype) runs in a worker process: a crash or hang there ends that group, not the sweep.
+    """
+    settings = Settings(mode=mode, budget=budget, rse_target=rse_target)
+    dev = runner.resolve_device(device)
+    backends.prepare_process(dev)
+    source = loader.resolve(target)
+    ops = loader.ops_of(target, source)
+    report = SweepReport(device=dev, mode=mode)
+    groups = plan_groups(source, ops, dev, impls, sizes, dtypes, baselines)
+    if store is not None:
+        from kernelkit.measure import device as device_info
+
+        report.env = device_info.fingerprint(source if source.endswith(".py") else None)
+        report.run_id = store.begin_run(command, report.env, op=",".join(o.name for o in ops), mode=mode, device=dev)
+
+    def emit(result: BenchResult) -> None:
+        report.results.append(result)
+        if store is not None:
+            store.add_result(report.run_id, result)
+        if on_result is not None:
+            on_result(result)
+
+    status = "finished"
+    with tempfile.TemporaryDirectory(prefix="kernelkit-bench-") as tmp:
+        worker = runner.Worker(dev, Path(tmp) / "worker.log")
+        try:
+            for group in groups:
+                _run_group(worker, group, settings, dev, timeout, emit)
+        except KeyboardInterrupt:
+            report.interrupted, status = True, "interrupted"
+        finally:
+            worker.stop()
+            if store is not None:
+                store.finish_run(report.run_id, status)
+    return report
+
+
+@dataclass
+class Group:
+    """One (op, size, dtype) of a sweep: the cases to check before timing, and the eager baseline if asked."""
+
+    source: str
+    op: str
+    size: Size
+    dtype: str
+    cases: list[Case]
+    eager: bool
+
+
+def plan_groups(
+    source: str, ops: Sequence[Op], device: str, impls: Sequence[str], sizes: Sequence[Size],
+    dtypes: Sequence[torch.dtype], baselines: bool,
+) -> list[Group]:
+    """One group per (op, size, dtype): impls (all, or those named) and the baselines (both, or those named).
+
+    The compile baseline is a case like an impl's: it is checked before it is timed. An impl the op registers
+    under a baseline's name (eager, compile) is timed as that baseline.
+    """
+    named = [n for n in impls if n in BASELINES]
+    wanted = [n for n in impls if n not in BASELINES]
+    chosen = list(BASELINES) if baselines else named
+    groups = []
+    for op in ops:
+        op_sizes = [tuple(s) for s in sizes] or op.bench_sizes_for(device)
+        cases = loader.make_cases(source, [op], device, wanted, op_sizes, dtypes) if wanted or not impls else []
+        cases = [c for c in cases if c.impl not in BASELINES]
+        for size in op_sizes:
+            for dtype in dtypes or op.dtypes:
+                name = dtype_name(dtype)
+                mine = [c for c in cases if c.size == tuple(size) and c.dtype == name]
+                if "compile" in chosen:
+                    mine.append(Case(source, op.name, "compile", tuple(size), name, 0))
+                if "eager" in chosen and "eager" in op.impls:
+                    mine.append(Case(source, op.name, "eager", tuple(size), name, 0))
+                eager = "eager" in chosen and "eager" not in op.impls
+                groups.append(Group(source, op.name, tuple(size), name, mine, eager))
+    return groups
+
+
+def _run_group(
+    worker: runner.Worker, group: Group, settings: Settings, device: str, timeout: float, emit: OnBenchResult,
+) -> None:
+    """Check the group's cases; time those that passed, with the baselines; emit every result."""
+    passed: list[tuple[str, str]] = [("eager", "baseline")] if group.eager else []
+    for case in group.cases:
+        role = "baseline" if case.impl in BASELINES else "impl"
+        checked: CaseResult = worker.run(case, timeout)
+        if checked.status is Status.PASSED:
+            passed.append((case.impl, role))
+            continue
+        emit(BenchResult(case.op, case.impl, checked.backend, case.size, case.dtype, device, settings.mode,
+                         checked.status, role=role, message=_gate_message(checked), details=checked.details))
+    if not passed:
+        return
+    job = BenchJob(group.source, group.op, group.size, group.dtype, 0, tuple(passed), settings)
+    outcome: GroupOutcome = worker.run(job, job.timeout)
+    for result in outcome.results:
+        if result.status.failed and outcome.log:
+            result.details.setdefault("log", outcome.log)
+        emit(result)
+
+
+def _gate_message(checked: CaseResult) -> str:
+    if checked.status is Status.SKIPPED:
+        return checked.message
+    return f"not timed: check gave {checked.status.value}: {checked.message}"

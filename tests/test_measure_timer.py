@@ -1,0 +1,243 @@
+"""The timer's logic on the CPU: warm-up, the stopping rule, clock filtering, interleaving, per-mode rules.
+
+GPU samplers are replaced by fakes that return chosen samples; the CPU sampler runs for real.
+"""
+
+from __future__ import annotations
+
+import itertools
+import random
+import time
+
+import pytest
+import torch
+
+from kernelkit.measure import samplers, timer
+from kernelkit.measure.samplers import MeasureError
+from kernelkit.measure.timer import Contender, MeasureFailure, Settings
+
+
+class FakeSampler:
+    """Returns samples from ``draw()``; each batch logs (label, k) to ``log``; clocks from ``clocks`` if given."""
+
+    def __init__(self, label, draw, log, clocks=None, calls_per_sample=1):
+        self.label, self.draw, self.log, self.clocks = label, draw, log, clocks
+        self.calls_per_sample = calls_per_sample
+
+    def one(self):
+        return self.draw()
+
+    def batch(self, k):
+        self.log.append((self.label, k))
+        return [(self.draw(), next(self.clocks) if self.clocks else None) for _ in range(k)]
+
+
+class FakeEnv:
+    def __init__(self, samplers_by_label, mode="cold", device="cuda", max_clock=None, cache_bytes=50 * 2**20):
+        self.by_label = samplers_by_label
+        self.device, self.mode, self.device_name = device, mode, "Fake GPU"
+        self.cache_bytes, self.clock, self.max_clock = cache_bytes, None, max_clock
+        self.kernel_seconds = None
+
+    def sampler(self, fn, estimate):
+        return self.by_label[fn.__name__]
+
+    def warmup_sampler(self, fn):
+        return self.by_label[fn.__name__]
+
+    def kernel_times(self, fns):
+        return [self.kernel_seconds] * len(fns)
+
+    def close(self):
+        pass
+
+
+def _contender(label, **kw):
+    def fn():
+        return None
+
+    fn.__name__ = label
+    return Contender(label, fn, first_call=kw.pop("first_call", 0.5), **kw)
+
+
+def _run(monkeypatch, env, contenders, **settings):
+    monkeypatch.setattr(timer._Environment, "open", classmethod(lambda cls, device, mode: env))
+    return timer.bench_many(contenders, Settings(mode=env.mode, **settings), env.device)
+
+
+def _gauss(mean, rel, seed=0):
+    rng = random.Random(seed)
+    return lambda: max(1e-9, rng.gauss(mean, mean * rel))
+
+
+def test_quiet_samples_converge_after_the_minimums(monkeypatch):
+    log = []
+    env = FakeEnv({"a": FakeSampler("a", _gauss(1e-3, 0.001), log)})
+    (m,) = _run(monkeypatch, env, [_contender("a")])
+    assert m.stop_reason == "converged"
+    assert m.stats.n >= timer.MIN_SAMPLES and sum(m.samples) >= timer.MIN_TIME
+    assert m.stats.rse <= timer.DEFAULT_RSE
+    assert m.first_call == 0.5  # the first call is reported apart, not among the samples
+    assert 1e-3 * 0.99 < m.median < 1e-3 * 1.01
+
+
+def test_noisy_samples_stop_at_the_budget(monkeypatch):
+    rng = random.Random(1)
+
+    def draw():
+        time.sleep(1e-4)  # the budget is wall clock
+        return rng.lognormvariate(-9, 1.0)
+
+    env = FakeEnv({"a": FakeSampler("a", draw, [])})
+    (m,) = _run(monkeypatch, env, [_contender("a")], budget=0.05)
+    assert m.stop_reason == "budget"
+    assert m.stats.rse > timer.DEFAULT_RSE
+    assert any("noisy" in w for w in m.warnings)
+
+
+def test_max_samples_stops_sampling(monkeypatch):
+    rng = random.Random(2)
+    env = FakeEnv({"a": FakeSampler("a", lambda: rng.lognormvariate(-12, 1.0), [])})
+    (m,) = _run(monkeypatch, env, [_contender("a")], max_samples=300, budget=60)
+    assert m.stop_reason == "max_samples"
+    assert 300 <= m.stats.n < 300 + timer.MAX_BATCH
+
+
+def test_tiny_calls_need_the_minimum_timed_work_not_just_ten_samples(monkeypatch):
+    env = FakeEnv({"a": FakeSampler("a", _gauss(1e-6, 0.0001), [])})
+    (m,) = _run(monkeypatch, env, [_contender("a")])
+    assert m.stop_reason == "converged"
+    assert sum(m.samples) >= timer.MIN_TIME  # 10 samples of 1 us would be 10 us of work: far too little
+
+
+def test_samples_under_the_clock_floor_are_dropped_and_counted(monkeypatch):
+    values = itertools.cycle([(1e-3, 1980.0), (2e-3, 1000.0)])  # slow samples come with a low clock
+    pairs = []
+
+    def draw():
+        pairs.append(next(values))
+        return pairs[-1][0]
+
+    clocks = (p[1] for p in iter(lambda: pairs[-1], None))
+    env = FakeEnv({"a": FakeSampler("a", draw, [], clocks=clocks)}, max_clock=1980.0)
+    (m,) = _run(monkeypatch, env, [_contender("a")], budget=0.5)
+    assert m.dropped > 0
+    assert all(s == 1e-3 for s in m.samples)
+    assert all(c == 1980.0 for c in m.clocks_mhz)
+    assert m.clock_scaling == pytest.approx(1.0)
+    assert any("dropped" in w for w in m.warnings)
+
+
+def test_every_sample_throttled_is_an_error_that_says_so(monkeypatch):
+    env = FakeEnv({"a": FakeSampler("a", lambda: 1e-3, [], clocks=itertools.repeat(500.0))}, max_clock=1980.0)
+    (result,) = _run(monkeypatch, env, [_contender("a")], budget=0.05)
+    assert isinstance(result, MeasureFailure)
+    assert "75% of the maximum SM clock" in str(result.error)
+
+
+def test_contenders_are_interleaved_batch_by_batch(monkeypatch):
+    log = []
+    env = FakeEnv({"a": FakeSampler("a", _gauss(1e-3, 0.3, 1), log), "b": FakeSampler("b", _gauss(1e-3, 0.3, 2), log)})
+    _run(monkeypatch, env, [_contender("a"), _contender("b")], budget=0.05)
+    labels = [label for label, _ in log]
+    assert labels[:4] == ["a", "b", "a", "b"]
+
+
+def test_one_failing_contender_does_not_stop_the_others(monkeypatch):
+    def boom():
+        raise RuntimeError("kernel exploded")
+
+    env = FakeEnv({"a": FakeSampler("a", boom, []), "b": FakeSampler("b", _gauss(1e-3, 0.001), [])})
+    a, b = _run(monkeypatch, env, [_contender("a"), _contender("b")])
+    assert isinstance(a, MeasureFailure) and "kernel exploded" in str(a.error)
+    assert b.stop_reason == "converged"
+
+
+def test_warm_up_runs_until_calls_settle(monkeypatch):
+    times = iter([5e-3, 3e-3, 2e-3, 1.5e-3, 1.2e-3] + [1e-3] * 10_000)
+    env = FakeEnv({"a": FakeSampler("a", lambda: next(times), [])})
+    (m,) = _run(monkeypatch, env, [_contender("a")])
+    assert m.warmup_calls == 8  # five settling calls, then three that agree within 5%
+    assert m.median == pytest.approx(1e-3)
+
+
+def test_graph_mode_warns_when_the_inputs_fit_in_l2(monkeypatch):
+    env = FakeEnv({"a": FakeSampler("a", _gauss(2e-6, 0.001), [], calls_per_sample=200)}, mode="graph")
+    (m,) = _run(monkeypatch, env, [_contender("a", working_set=32 * 1024)])
+    assert m.calls_per_sample == 200
+    assert any("fit in L2" in w for w in m.warnings)
+    env = FakeEnv({"b": FakeSampler("b", _gauss(2e-4, 0.001), [], calls_per_sample=5)}, mode="graph")
+    (m,) = _run(monkeypatch, env, [_contender("b", working_set=2**30)])
+    assert not any("fit in L2" in w for w in m.warnings)
+
+
+def test_event_modes_warn_when_launch_bound(monkeypatch):
+    env = FakeEnv({"a": FakeSampler("a", _gauss(48e-6, 0.001), [])}, mode="hot")
+    env.kernel_seconds = 2e-6
+    (m,) = _run(monkeypatch, env, [_contender("a")])
+    assert m.kernel_seconds == 2e-6
+    assert any("launch-bound" in w for w in m.warnings)
+
+
+def test_graph_unrolls_enough_calls_for_a_millisecond():
+    assert samplers.graph_calls(2e-6) == samplers.GRAPH_MAX_CALLS
+    assert samplers.graph_calls(1e-4) == 10
+    assert samplers.graph_calls(5e-3) == 1
+
+
+def test_batches_hold_about_twenty_milliseconds_of_work():
+    assert timer.batch_size(1e-6) == timer.MAX_BATCH
+    assert timer.batch_size(1e-3) == 20
+    assert timer.batch_size(1.0) == 1
+
+
+def test_launch_bound_warning_needs_both_ratio_and_gap():
+    assert "launch-bound" in timer.launch_bound_warning(48e-6, 2e-6)
+    assert "48.0 us" in timer.launch_bound_warning(48e-6, 2e-6)
+    assert timer.launch_bound_warning(10e-6, 8e-6) == ""  # under 1.5x
+    assert timer.launch_bound_warning(4e-6, 2e-6) == ""  # 2x, but only 2 us apart
+    assert timer.launch_bound_warning(4e-6, None) == ""
+
+
+def test_kernel_time_is_grouped_per_call_and_overlap_counts_once():
+    ranges = [(0, 90), (100, 195), (200, 300)]
+    spans = [(10, 30), (20, 40), (50, 60),  # call 0: union of [10,40) and [50,60) = 40 ns
+             (92, 99),                      # between ranges (the eviction): nobody's
+             (150, 190),                    # call 1: 40 ns
+             ]                              # call 2: no device work
+    assert samplers.group_by_call(ranges, spans) == [40e-9, 40e-9, 0.0]
+
+
+def test_cpu_bench_runs_for_real_and_says_cpu():
+    x = torch.arange(10_000, dtype=torch.float32)
+    m = timer.bench(torch.square, x, mode="hot", budget=1.0, bytes=2 * x.numel() * 4)
+    assert m.device == "cpu" and m.device_name.startswith("CPU")
+    assert m.stats.n >= timer.MIN_SAMPLES
+    assert m.stop_reason in ("converged", "budget", "max_samples")
+    assert m.gbps is not None and m.gbps > 0
+    assert m.first_call > 0
+
+
+def test_cpu_cold_mode_evicts_and_still_times():
+    x = torch.ones(1000)
+    m = timer.bench(lambda t: t + 1, x, mode="cold", budget=0.5)
+    assert m.mode == "cold" and m.stats.n >= 1
+
+
+@pytest.mark.parametrize("mode", ["graph", "kernel"])
+def test_gpu_only_modes_on_the_cpu_say_so(mode):
+    with pytest.raises(MeasureError, match="needs a CUDA GPU"):
+        timer.bench(torch.square, torch.ones(4), mode=mode, budget=0.1)
+
+
+def test_unknown_mode_and_bad_budget_are_errors():
+    with pytest.raises(MeasureError, match="unknown mode 'warm'"):
+        Settings(mode="warm")
+    with pytest.raises(MeasureError, match="positive"):
+        Settings(budget=0)
+
+
+def test_cuda_asked_without_a_gpu_is_an_error(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(MeasureError, match="no GPU"):
+        timer.bench(torch.square, torch.ones(4), device="cuda")

@@ -1,0 +1,128 @@
+"""bench_op on the CPU: the correctness gate, baselines, speedups, the store, and failures that keep the rest."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from kernelkit import sweep
+from kernelkit.results import Status
+from kernelkit.store import Store
+
+OPS = str(Path(__file__).parent / "planted" / "bench_ops.py")
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory):
+    store = Store.open(tmp_path_factory.mktemp("store") / "results.sqlite")
+    got = sweep.bench_op(OPS, impls=["eager_add", "eager_wrong", "eager_flaky", "eager"], device="cpu",
+                         mode="hot", budget=0.3, store=store, command="kernelkit bench bench_ops.py")
+    yield got, store
+    store.close()
+
+
+def _by_impl(report, size=(64, 64)):
+    return {r.impl: r for r in report.results if r.size == size}
+
+
+def test_every_impl_and_baseline_gets_a_result_per_size(report):
+    got, _ = report
+    sizes = {r.size for r in got.results}
+    assert sizes == {(64, 64), (128, 128)}
+    assert set(_by_impl(got)) == {"eager_add", "eager_wrong", "eager_flaky", "eager", "compile"}
+
+
+def test_the_gate_keeps_wrong_impls_from_being_timed(report):
+    wrong = _by_impl(report[0])["eager_wrong"]
+    assert wrong.status is Status.INCORRECT_NUMERICS and wrong.measurement is None
+    assert wrong.message.startswith("not timed: check gave INCORRECT_NUMERICS")
+
+
+def test_the_last_timed_output_is_checked_again(report):
+    flaky = _by_impl(report[0])["eager_flaky"]
+    assert flaky.status is Status.INCORRECT_NUMERICS
+    assert "last timed call" in flaky.message
+
+
+def test_passing_impls_are_timed_with_speedups_against_both_baselines(report):
+    add = _by_impl(report[0])["eager_add"]
+    assert add.status is Status.PASSED and add.role == "impl"
+    m = add.measurement
+    assert m.device == "cpu" and m.stats.n >= 1 and m.first_call > 0 and m.bytes == 2 * 64 * 64 * 4
+    assert set(add.speedups) == {"eager", "compile"}
+    for ratio in add.speedups.values():
+        assert ratio.low <= ratio.value <= ratio.high
+    compiled = _by_impl(report[0])["compile"]
+    assert compiled.role == "baseline" and set(compiled.speedups) == {"eager"}
+    eager = _by_impl(report[0])["eager"]
+    assert eager.role == "baseline" and eager.speedups == {}
+
+
+def test_results_carry_the_ceiling_percentages(report):
+    m = _by_impl(report[0])["eager_add"].measurement
+    assert m.ceiling is not None and m.ceiling.bandwidth_gbps > 0
+    assert m.ceiling.pct_bandwidth == pytest.approx(m.gbps / m.ceiling.bandwidth_gbps * 100)
+
+
+def test_the_run_is_stored_with_its_fingerprint_and_command(report):
+    got, store = report
+    (run,) = store.runs()
+    assert run.id == got.run_id and run.status == "finished" and run.command == "kernelkit bench bench_ops.py"
+    assert run.n_results == len(got.results)
+    assert run.env["device_name"].startswith("CPU")
+    stored = {r.case_id: r for r in store.results(run.id)}
+    assert stored["double/eager_add/64x64/float32"].measurement.samples == \
+        _by_impl(got)["eager_add"].measurement.samples
+
+
+def test_a_crash_while_timed_ends_that_group_and_the_sweep_goes_on(tmp_path):
+    got = sweep.bench_op(OPS, impls=["eager_dies", "eager_add"], device="cpu", mode="hot", budget=0.3,
+                         baselines=False)
+    first = [r for r in got.results if r.size == (64, 64)]
+    assert {r.status for r in first} == {Status.CRASHED}
+    assert "exited with code 3" in first[0].message
+    second = {r.impl: r for r in got.results if r.size == (128, 128)}
+    assert second["eager_add"].status is Status.PASSED and second["eager_add"].measurement is not None
+
+
+def test_a_sweep_killed_midway_keeps_every_finished_case(tmp_path):
+    db = tmp_path / "results.sqlite"
+    code = (
+        "import sys; from kernelkit import sweep; from kernelkit.store import Store\n"
+        f"s = Store.open({str(db)!r})\n"
+        f"sweep.bench_op({OPS!r}, impls=['eager_add'], device='cpu', mode='hot', budget=0.3, store=s,\n"
+        "               baselines=False, on_result=lambda r: print('RESULT', flush=True))\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1] / "src")}
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, env=env,
+                            start_new_session=True)
+    assert proc.stdout.readline().strip() == "RESULT"  # the first size is done and stored
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=30)
+    time.sleep(0.1)
+    with Store.open(db) as store:
+        (run,) = store.runs()
+        assert run.status == "incomplete"
+        kept = store.results(run.id)
+    assert [r.case_id for r in kept] == ["double/eager_add/64x64/float32"]
+    assert kept[0].measurement is not None
+
+
+def test_planning_names_baselines_and_keeps_registered_eager_as_the_baseline():
+    from kernelkit import loader
+    from kernelkit.ops import square
+
+    groups = sweep.plan_groups("kernelkit.ops.square", [square.square], "cpu", [], [], [], True)
+    first = groups[0]
+    assert [c.impl for c in first.cases][-2:] == ["compile", "eager"]  # square registers its own eager impl
+    assert not first.eager
+    only = sweep.plan_groups(loader.resolve(OPS), list(loader.load(loader.resolve(OPS)).values()), "cpu",
+                             ["eager"], [], [], False)
+    assert only[0].eager and only[0].cases == []
