@@ -27,7 +27,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 # Piped output gets a wide page rather than rich's 80 columns, so tables stay one line per case.
-out = Console(width=None if Console().is_terminal else 160)
+out = Console(width=None if Console().is_terminal else 200)
 err = Console(stderr=True)
 
 EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 1, 2, 130

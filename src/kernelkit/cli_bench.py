@@ -12,6 +12,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from kernelkit.errors import KernelkitError
+from kernelkit.results import Status
 
 TargetArg = Annotated[str, typer.Argument(help="A built-in op name (see `kernelkit ops`) or a .py file of ops.")]
 StoreOpt = Annotated[Path | None, typer.Option("--store", help="The results database; default: in the cache dir.")]
@@ -85,8 +86,8 @@ def bench_command(
     finally:
         if opened is not None:
             opened.close()
-    out.print(bench_table(report.results))
-    for line in _warnings(report.results):
+    out.print(bench_table([r for r in report.results if r.status is not Status.SKIPPED]))
+    for line in _skips(report.results) + _warnings(report.results):
         out.print(line, highlight=False)
     _write_outputs(report, json_path, csv_path, plot_dir, err)
     if report.run_id is not None:
@@ -101,6 +102,18 @@ def _open_store(path: Path | None):  # noqa: ANN202 - store.Store, imported lazi
     from kernelkit.store import Store
 
     return Store.open(path)
+
+
+def _skips(results: list) -> list[str]:
+    """One line per skipped impl and reason (not a table row per size and dtype)."""
+    reasons: dict[tuple[str, str], list[str]] = {}
+    for r in results:
+        if r.status is Status.SKIPPED:
+            cases = reasons.setdefault((r.impl, r.message), [])
+            if r.dtype not in cases:
+                cases.append(r.dtype)
+    return [f"[dim]skipped[/] {impl} ({', '.join(dtypes)}): {escape(reason)}"
+            for (impl, reason), dtypes in reasons.items()]
 
 
 def _warnings(results: list) -> list[str]:
@@ -176,7 +189,7 @@ def runs_command(
 
 
 def compare_command(
-    run_a: Annotated[str, typer.Argument(help="The baseline run: an id, 'latest', or -2 for the one before.")],
+    run_a: Annotated[str, typer.Argument(help="The baseline run: an id, 'latest', or 'latest-1' for the one before.")],
     run_b: Annotated[str, typer.Argument(help="The run to compare with it.")],
     store: StoreOpt = None,
 ) -> None:
@@ -210,7 +223,9 @@ def compare_command(
 
 
 def _run_ref(text: str) -> str | int:
-    """'12' -> 12, '-1' -> -1; 'latest' stays text."""
+    """'12' -> 12; 'latest' stays text; 'latest-1' -> -2 (the run before the latest; '-2' needs a '--' first)."""
+    if text.startswith("latest-") and text[7:].isdigit():
+        return -1 - int(text[7:])
     try:
         return int(text)
     except ValueError:

@@ -275,14 +275,15 @@ def plan_groups(
     source: str, ops: Sequence[Op], device: str, impls: Sequence[str], sizes: Sequence[Size],
     dtypes: Sequence[torch.dtype], baselines: bool,
 ) -> list[Group]:
-    """One group per (op, size, dtype): impls (all, or those named) and the baselines (both, or those named).
+    """One group per (op, size, dtype): impls (all, or those named) and the baselines (those named in ``impls``;
+    if none is named, both unless ``baselines`` is False).
 
     The compile baseline is a case like an impl's: it is checked before it is timed. An impl the op registers
     under a baseline's name (eager, compile) is timed as that baseline.
     """
     named = [n for n in impls if n in BASELINES]
     wanted = [n for n in impls if n not in BASELINES]
-    chosen = list(BASELINES) if baselines else named
+    chosen = named or (list(BASELINES) if baselines else [])
     groups = []
     for op in ops:
         op_sizes = [tuple(s) for s in sizes] or op.bench_sizes_for(device)

@@ -1,0 +1,85 @@
+"""The measurement commands on the CPU: bench (table, JSON, CSV, plots, store), runs, compare, calibrate."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from kernelkit.cli import app
+
+OPS = str(Path(__file__).parent / "planted" / "bench_ops.py")
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def two_runs(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("bench")
+    store = tmp / "results.sqlite"
+    runner = CliRunner()
+    first = runner.invoke(app, ["bench", OPS, "--device", "cpu", "--impl", "eager_add", "--impl", "eager",
+                                "--mode", "hot", "--budget", "0.2", "--store", str(store), "--json",
+                                str(tmp / "out.json"), "--csv", str(tmp / "out.csv"), "--plot", str(tmp / "plots")])
+    second = runner.invoke(app, ["bench", OPS, "--device", "cpu", "--impl", "eager_add", "--impl", "eager",
+                                 "--mode", "hot", "--budget", "0.2", "--store", str(store)])
+    return tmp, store, first, second
+
+
+def test_bench_prints_the_table_and_writes_every_output(two_runs):
+    tmp, _, first, _ = two_runs
+    assert first.exit_code == 0, first.output
+    assert "eager_add" in first.output and "CPU timings: not GPU performance" in first.output
+    doc = json.loads((tmp / "out.json").read_text())
+    assert {r["impl"] for r in doc["results"]} == {"eager_add", "eager"}
+    assert all(r["measurement"]["samples"] for r in doc["results"])
+    assert doc["env"]["device_name"].startswith("CPU")
+    assert len((tmp / "out.csv").read_text().strip().splitlines()) == 1 + len(doc["results"])
+    assert sorted(p.suffix for p in (tmp / "plots").iterdir()) == [".png", ".svg"]
+
+
+def test_runs_lists_both_and_compare_matches_cases(two_runs):
+    _, store, _, second = two_runs
+    assert second.exit_code == 0, second.output
+    runner = CliRunner()
+    runs = runner.invoke(app, ["runs", "--store", str(store)])
+    assert runs.exit_code == 0 and runs.output.count("finished") == 2
+    compared = runner.invoke(app, ["compare", "latest-1", "latest", "--store", str(store)])
+    assert compared.exit_code == 0, compared.output
+    assert "double/eager_add/64x64/float32" in compared.output
+    assert any(word in compared.output for word in ("faster", "slower", "same"))
+
+
+def test_a_wrong_impl_fails_the_exit_code_and_says_why(tmp_path):
+    result = CliRunner().invoke(app, ["bench", OPS, "--device", "cpu", "--impl", "eager_wrong", "--no-baselines",
+                                      "--budget", "0.1", "--no-store", "--sizes", "64x64"])
+    assert result.exit_code == 1
+    assert "INCORRECT_NUMERICS" in result.output and "not timed" in result.output
+
+
+def test_a_foreign_store_is_a_clear_error_not_a_traceback(tmp_path):
+    bad = tmp_path / "not-a-db.sqlite"
+    bad.write_text("hello, I am a text file\n")
+    for args in (["runs", "--store", str(bad)], ["compare", "1", "2", "--store", str(bad)],
+                 ["bench", OPS, "--device", "cpu", "--budget", "0.1", "--store", str(bad)]):
+        result = CliRunner().invoke(app, args)
+        assert result.exit_code == 2, (args, result.output)
+        assert "not a SQLite database" in result.output and "Traceback" not in result.output
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--mode", "warm"], "unknown mode 'warm'"),
+    (["--mode", "graph"], "needs a CUDA GPU"),
+    (["--budget", "0"], "must be positive"),
+])
+def test_bad_arguments_name_the_problem(args, message):
+    result = CliRunner().invoke(app, ["bench", OPS, "--device", "cpu", "--no-store", "--impl", "eager_add",
+                                      "--no-baselines", "--sizes", "64x64", *args])
+    assert message in result.output
+
+
+def test_calibrate_on_the_cpu_prints_its_ceilings(fresh_cache):
+    result = CliRunner().invoke(app, ["calibrate", "--device", "cpu"])
+    assert result.exit_code == 0, result.output
+    assert "copy bandwidth" in result.output and "GB/s" in result.output and "CPU" in result.output
