@@ -1,0 +1,195 @@
+"""bias_gelu: y = gelu_tanh(x + bias), x (..., N), bias (N,) added to every row; the fusion demo.
+
+Eager PyTorch runs it as two kernels, each a full pass over memory: ``x + bias`` reads MN + N elements and writes
+MN, then ``gelu`` reads those MN and writes MN: 4MN + N elements moved. A fused kernel keeps ``x + bias`` in
+registers: it reads MN + N and writes MN, 2MN + N, so it can run about twice as fast as eager on a memory-bound
+GPU. ``bytes=`` is the fused ideal (what any kernel must move); ``unfused_bytes`` is the eager traffic, so a report
+can say what fusing saved.
+
+GELU is the tanh approximation (``torch.nn.functional.gelu(approximate="tanh")``). The fused kernels compute in
+fp32 and round once, to the output dtype; eager rounds ``x + bias`` to the storage dtype in between.
+Non-contiguous inputs are copied to contiguous tensors first; the output is contiguous. An empty input gives an
+empty output without a launch.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import torch
+import torch.nn.functional as F
+
+from kernelkit.backends.cuda import cuda_kernel
+from kernelkit.backends.triton import do_bench
+from kernelkit.spec import Size, op, seeded_normal
+
+FP = (torch.float32, torch.bfloat16, torch.float16)
+# Per element: the add, then the tanh formula 0.5 h (1 + tanh(sqrt(2/pi) (h + 0.044715 h^3))) as written: h*h,
+# *h, *0.044715, +h, *sqrt(2/pi), tanh, +1, *h, *0.5 (tanh counted as one): 10 FLOPs. Far below the H100's
+# FLOP/byte balance, so the op is memory-bound in every dtype.
+FLOPS_PER_ELEMENT = 10
+
+
+def _inputs(size: Size, dtype: torch.dtype, device: torch.device, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """x of ``size`` (rows, N) and bias (N,), standard normal from different seeds (bias is not x's first row)."""
+    return seeded_normal(size, dtype, device, 2 * seed), seeded_normal(size[-1:], dtype, device, 2 * seed + 1)
+
+
+def unfused_bytes(x: torch.Tensor, bias: torch.Tensor) -> int:
+    """Bytes eager PyTorch moves: add (read MN + N, write MN), then gelu (read MN, write MN) = 4MN + N elements."""
+    return (4 * x.numel() + bias.numel()) * x.element_size()
+
+
+def fused_bytes(x: torch.Tensor, bias: torch.Tensor) -> int:
+    """Bytes a fused kernel must move: read MN + N, write MN = 2MN + N elements (the op's ``bytes=``)."""
+    return (2 * x.numel() + bias.numel()) * x.element_size()
+
+
+# Reference: two eager ops, as a model would write it. bytes: the fused ideal, 2MN + N elements (eager moves
+# 4MN + N: unfused_bytes); flops: 10 per element.
+@op(
+    sizes=[
+        (1823, 781),  # odd N: no 16-byte vector fits a row exactly (the CUDA scalar path), partial tiles both ways
+        (1, 4097),  # one row, one past a power of two
+        (4096, 4096),  # N a multiple of every vector width: the vector path
+        (8192, 3072),  # a GPT-style hidden size, 3 * 1024
+    ],
+    cpu_sizes=[(7, 33), (1, 257), (3, 1)],  # the interpreter runs ~1 ms per program; (3, 1): one column
+    bench_sizes=[(4096, 1024), (8192, 4096), (16384, 8192), (32768, 8192)],  # fp32 fused: 32 MiB .. 2 GiB moved
+    dtypes=list(FP),
+    inputs=_inputs,
+    bytes=fused_bytes,
+    flops=lambda x, bias: FLOPS_PER_ELEMENT * x.numel(),
+)
+def bias_gelu(x: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+    """y = gelu_tanh(x + bias): x (..., N), bias (N,); float32, bfloat16, float16."""
+    h = x + bias
+    return F.gelu(h, approximate="tanh")
+
+
+def _as_rows(x: torch.Tensor, bias: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Check shapes and dtypes; x (..., N) -> a contiguous (rows, N) view, bias -> contiguous (N,)."""
+    if x.dim() == 0 or bias.shape != x.shape[-1:]:
+        raise ValueError(f"bias_gelu needs x (..., N) and bias (N,), got x {tuple(x.shape)}, bias {tuple(bias.shape)}")
+    if bias.dtype != x.dtype or bias.device != x.device:
+        raise ValueError(f"bias_gelu needs x and bias of one dtype and device, got {x.dtype} on {x.device} and "
+                         f"{bias.dtype} on {bias.device}")
+    return x.contiguous().view(math.prod(x.shape[:-1]), x.shape[-1]), bias.contiguous()
+
+
+# Kernels and launchers --------------------------------------------------------------------------------------
+
+# Widest tile row: N = 3072 and 4096 split into whole 1024-column tiles; a narrower N gets a power-of-two tile
+# just wider than itself and more rows per program.
+MAX_BLOCK_N = 1024
+
+
+@functools.cache
+def _triton_fused_kernel():  # built on first use: importing triton at import time would fix the interpreter choice
+    import triton
+    import triton.language as tl
+
+    # Elements per program and warps, around what elementwise kernels like on H100 (16 to 64 bytes a thread for
+    # fp32); the best depends on the shape (tail, waves). The tile's shape follows from TILE and N (heuristics).
+    configs = [triton.Config({"TILE": tile}, num_warps=warps)
+               for tile, warps in ((2048, 4), (4096, 4), (4096, 8), (8192, 8))]
+
+    @triton.autotune(configs=configs, key=["n_rows", "n_cols"], do_bench=do_bench)
+    @triton.heuristics({  # evaluated in order: BLOCK_M sees BLOCK_N
+        "BLOCK_N": lambda args: min(triton.next_power_of_2(args["n_cols"]), MAX_BLOCK_N, args["TILE"]),
+        "BLOCK_M": lambda args: args["TILE"] // args["BLOCK_N"],
+    })
+    @triton.jit
+    def bias_gelu_fused_kernel(x_ptr, bias_ptr, y_ptr, n_rows, n_cols, TILE: tl.constexpr,
+                               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+        # One program per (BLOCK_M, BLOCK_N) tile of the row-major (rows, N) matrix: it loads the BLOCK_N bias
+        # values of its columns once and broadcasts them down its rows, so no per-element column arithmetic.
+        # Reads BLOCK_M * BLOCK_N elements of x and BLOCK_N of bias, writes BLOCK_M * BLOCK_N: the fused ideal.
+        # int64 row offsets: int32 ones would wrap past 2**31 elements.
+        rows = tl.program_id(0).to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)
+        cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+        col_mask = cols < n_cols
+        mask = (rows[:, None] < n_rows) & col_mask[None, :]
+        offsets = rows[:, None] * n_cols + cols[None, :]
+        b = tl.load(bias_ptr + cols, mask=col_mask).to(tl.float32)
+        h = tl.load(x_ptr + offsets, mask=mask).to(tl.float32) + b[None, :]
+        # gelu_tanh(h) = 0.5 h (1 + tanh(u)) = h * sigmoid(2u), u = sqrt(2/pi) (h + 0.044715 h^3): one exp, no
+        # tanh. The sigmoid in its overflow-free form (t = exp(-|2u|) in (0, 1]; 1 / (1 + t), or t / (1 + t) for
+        # u < 0): the denominator stays in [1, 2], where Triton's approximate division is exact enough, and far
+        # in the negative tail t underflows to 0, giving the reference's -0.
+        two_u = 1.5957691216057308 * h * (1.0 + 0.044715 * h * h)
+        t = tl.exp(-tl.abs(two_u))
+        y = h * (tl.where(two_u >= 0, 1.0, t) / (1.0 + t))
+        # Rounded once to the output dtype; eager also rounds h, in between.
+        tl.store(y_ptr + offsets, y.to(y_ptr.dtype.element_ty), mask=mask)
+
+    return bias_gelu_fused_kernel
+
+
+CUDA_FUSED_VEC = {  # one kernel per dtype: 4 floats or 8 halves / bfloat16s per 16-byte vector
+    torch.float32: cuda_kernel("bias_gelu.cu", "bias_gelu_vec_f32_kernel"),
+    torch.float16: cuda_kernel("bias_gelu.cu", "bias_gelu_vec_f16_kernel"),
+    torch.bfloat16: cuda_kernel("bias_gelu.cu", "bias_gelu_vec_bf16_kernel"),
+}
+
+# The grid-stride kernels run 256-thread blocks, as many as the GPU holds at once (their __launch_bounds__ keep 8
+# resident per SM) and no more: each thread then loops.
+GRID_STRIDE_BLOCK = 256
+
+
+def _grid_stride_blocks(work_items: int, device: torch.device) -> int:
+    """Blocks for a grid-stride loop over ``work_items``: one per 256 items, capped at one full wave."""
+    needed = max(1, -(-work_items // GRID_STRIDE_BLOCK))
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    return min(needed, _blocks_per_wave(index))
+
+
+@functools.cache
+def _blocks_per_wave(device_index: int) -> int:
+    """SM count x resident 256-thread blocks per SM (H100: 132 x 8): a multiple of the SM count."""
+    props = torch.cuda.get_device_properties(device_index)
+    threads_per_sm = getattr(props, "max_threads_per_multi_processor", 2048)
+    return props.multi_processor_count * max(1, threads_per_sm // GRID_STRIDE_BLOCK)
+
+
+# Impls ------------------------------------------------------------------------------------------------------
+
+@bias_gelu.impl("eager_unfused")
+def bias_gelu_eager_unfused(x: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+    """PyTorch eager, two kernels: torch.add, then gelu(tanh) on its output (4MN + N elements moved)."""
+    h = torch.add(x, bias)  # kernel 1: read MN + N, write MN (h goes to memory)
+    return F.gelu(h, approximate="tanh")  # kernel 2: read MN, write MN
+
+
+@bias_gelu.impl("triton_fused", kernels=[_triton_fused_kernel])
+def bias_gelu_triton_fused(x: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+    """Triton, one program per 2D tile, bias loaded once per tile; tile size and num_warps autotuned per shape."""
+    import triton
+
+    rows, b = _as_rows(x, bias)
+    y = torch.empty_like(rows)
+    n_rows, n_cols = rows.shape
+    if rows.numel():
+        grid = lambda meta: (triton.cdiv(n_rows, meta["BLOCK_M"]), triton.cdiv(n_cols, meta["BLOCK_N"]))
+        _triton_fused_kernel()[grid](rows, b, y, n_rows, n_cols)
+    return y.view(x.shape)
+
+
+@bias_gelu.impl("cuda_fused_vec", kernels=list(CUDA_FUSED_VEC.values()), dtypes=list(CUDA_FUSED_VEC))
+def bias_gelu_cuda_fused_vec(x: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+    """CUDA C++ through NVRTC: 16-byte loads and stores, bias by column, grid-stride (float32, float16, bfloat16)."""
+    if x.dtype not in CUDA_FUSED_VEC:
+        raise TypeError(f"cuda_fused_vec takes {', '.join(map(str, CUDA_FUSED_VEC))}, got {x.dtype}")
+    rows, b = _as_rows(x, bias)
+    y = torch.empty_like(rows)  # a new allocation: 256-byte aligned
+    n_rows, n_cols = rows.shape
+    if rows.numel():
+        per_vector = 16 // rows.element_size()
+        # The kernel's vector path needs N % per_vector == 0 and 16-byte aligned x, bias, y; otherwise it runs
+        # its scalar loop, one item per element.
+        aligned = (rows.data_ptr() | b.data_ptr()) % 16 == 0
+        items = rows.numel() // per_vector if aligned and n_cols % per_vector == 0 else rows.numel()
+        CUDA_FUSED_VEC[x.dtype].launch(_grid_stride_blocks(items, rows.device), GRID_STRIDE_BLOCK,
+                                       rows, b, y, n_rows, n_cols)
+    return y.view(x.shape)
