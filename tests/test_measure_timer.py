@@ -241,3 +241,12 @@ def test_cuda_asked_without_a_gpu_is_an_error(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     with pytest.raises(MeasureError, match="no GPU"):
         timer.bench(torch.square, torch.ones(4), device="cuda")
+
+
+def test_a_closure_without_tensor_arguments_is_timed_where_the_gpu_is(monkeypatch):
+    assert timer._device_of((torch.ones(1),)) == "cpu"
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert timer._device_of(()) == "cuda"
+    assert timer._device_of((3, "x")) == "cuda"
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert timer._device_of(()) == "cpu"

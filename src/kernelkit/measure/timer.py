@@ -113,8 +113,9 @@ def bench(
     """Time ``fn(*args)`` and return a Measurement (seconds per call, with statistics and how it stopped).
 
     mode: cold (L2 evicted before every sample; default), hot, graph (CUDA-graph replay) or kernel (profiler
-    device time). device: 'cuda' or 'cpu'; by default 'cuda' when any tensor argument is on a GPU, else 'cpu'
-    (CPU timings are CPU work timed with perf_counter_ns, never GPU performance).
+    device time). device: 'cuda' or 'cpu'; by default where the tensor arguments are, and for a callable with
+    no tensor arguments the GPU when one is visible (CPU timings are CPU work timed with perf_counter_ns, never
+    GPU performance).
     """
     working = sum(a.numel() * a.element_size() for a in args if isinstance(a, torch.Tensor))
     contender = Contender(label or getattr(fn, "__name__", "call"), lambda: fn(*args), bytes, flops, working)
@@ -170,7 +171,11 @@ def eviction_for(env: _Environment) -> torch.Tensor | None:
 
 
 def _device_of(args: Sequence[Any]) -> str:
-    return "cuda" if any(isinstance(a, torch.Tensor) and a.is_cuda for a in args) else "cpu"
+    """Where the tensor arguments live; with none (a closure), the GPU when there is one."""
+    tensors = [a for a in args if isinstance(a, torch.Tensor)]
+    if tensors:
+        return "cuda" if any(t.is_cuda for t in tensors) else "cpu"
+    return "cuda" if torch.cuda.is_available() else "cpu"
 
 
 @dataclass
