@@ -2,4 +2,11 @@
 
 BUILTIN_OPS: dict[str, str] = {
     "square": "kernelkit.ops.square",
+    "gelu": "kernelkit.ops.gelu",
+    "gelu_backward": "kernelkit.ops.gelu",
+    "gelu_erf": "kernelkit.ops.gelu",
+    "gelu_erf_backward": "kernelkit.ops.gelu",
+    "softmax": "kernelkit.ops.softmax",
+    "softmax_backward": "kernelkit.ops.softmax",
+    "bias_gelu": "kernelkit.ops.bias_gelu",
 }
