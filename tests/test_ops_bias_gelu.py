@@ -206,19 +206,6 @@ def test_fused_impls_reject_a_bias_that_does_not_fit(impl: str) -> None:
         IMPLS[impl].fn(x, torch.zeros(8, dtype=torch.float64))
 
 
-def test_grid_stride_grids_fill_the_gpu_once(monkeypatch: pytest.MonkeyPatch) -> None:
-    h100 = SimpleNamespace(multi_processor_count=132, max_threads_per_multi_processor=2048)
-    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda index: h100)
-    bias_gelu_module._blocks_per_wave.cache_clear()
-    try:
-        gpu = torch.device("cuda", 0)
-        assert bias_gelu_module._grid_stride_blocks(8192 * 4096 // 4, gpu) == 132 * 8  # capped: a multiple of SMs
-        assert bias_gelu_module._grid_stride_blocks(1000, gpu) == 4  # small work: one thread per item
-        assert bias_gelu_module._grid_stride_blocks(1, gpu) == 1
-    finally:
-        bias_gelu_module._blocks_per_wave.cache_clear()
-
-
 # ---- GPU: each case in a spawned worker, so this process's CPU-mode environment cannot leak in -------------
 
 

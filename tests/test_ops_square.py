@@ -155,20 +155,6 @@ def test_empty_input_gives_empty_output_without_a_launch(shape: tuple[int, ...],
             assert (y.shape, y.dtype, y.device) == (x.shape, x.dtype, x.device), name
 
 
-def test_grid_stride_grids_fill_the_gpu_once(monkeypatch: pytest.MonkeyPatch) -> None:
-    h100 = SimpleNamespace(multi_processor_count=132, max_threads_per_multi_processor=2048)
-    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda index: h100)
-    square_module._blocks_per_wave.cache_clear()
-    try:
-        gpu = torch.device("cuda", 0)
-        assert square_module._grid_stride_blocks(4096 * 4096 // 4, gpu) == 132 * 8  # capped: a multiple of SMs
-        assert square_module._grid_stride_blocks(1000, gpu) == 4  # small work: one thread per item
-        assert square_module._grid_stride_blocks(1, gpu) == 1
-        assert square_module._grid_stride_blocks(10**6, torch.device("cpu")) == square_module.SIMULATOR_BLOCKS
-    finally:
-        square_module._blocks_per_wave.cache_clear()
-
-
 # ---- GPU: each case in a spawned worker, so this process's CPU-mode environment cannot leak in -------------
 
 

@@ -21,6 +21,7 @@ import torch
 import torch.nn.functional as F
 
 from kernelkit.backends.cuda import cuda_kernel
+from kernelkit.backends.cuda.grid import BLOCK, elementwise_blocks
 from kernelkit.backends.triton import do_bench
 from kernelkit.spec import Size, op, seeded_normal
 
@@ -133,24 +134,8 @@ CUDA_FUSED_VEC = {  # one kernel per dtype: 4 floats or 8 halves / bfloat16s per
     torch.bfloat16: cuda_kernel("bias_gelu.cu", "bias_gelu_vec_bf16_kernel"),
 }
 
-# The grid-stride kernels run 256-thread blocks, as many as the GPU holds at once (their __launch_bounds__ keep 8
-# resident per SM) and no more: each thread then loops.
-GRID_STRIDE_BLOCK = 256
-
-
-def _grid_stride_blocks(work_items: int, device: torch.device) -> int:
-    """Blocks for a grid-stride loop over ``work_items``: one per 256 items, capped at one full wave."""
-    needed = max(1, -(-work_items // GRID_STRIDE_BLOCK))
-    index = device.index if device.index is not None else torch.cuda.current_device()
-    return min(needed, _blocks_per_wave(index))
-
-
-@functools.cache
-def _blocks_per_wave(device_index: int) -> int:
-    """SM count x resident 256-thread blocks per SM (H100: 132 x 8): a multiple of the SM count."""
-    props = torch.cuda.get_device_properties(device_index)
-    threads_per_sm = getattr(props, "max_threads_per_multi_processor", 2048)
-    return props.multi_processor_count * max(1, threads_per_sm // GRID_STRIDE_BLOCK)
+# The grid-stride kernels run 256-thread blocks, one thread per work item (see backends/cuda/grid.py for why).
+GRID_STRIDE_BLOCK = BLOCK
 
 
 # Impls ------------------------------------------------------------------------------------------------------
@@ -190,6 +175,6 @@ def bias_gelu_cuda_fused_vec(x: torch.Tensor, bias: torch.Tensor) -> torch.Tenso
         # its scalar loop, one item per element.
         aligned = (rows.data_ptr() | b.data_ptr()) % 16 == 0
         items = rows.numel() // per_vector if aligned and n_cols % per_vector == 0 else rows.numel()
-        CUDA_FUSED_VEC[x.dtype].launch(_grid_stride_blocks(items, rows.device), GRID_STRIDE_BLOCK,
+        CUDA_FUSED_VEC[x.dtype].launch(elementwise_blocks(items, rows.device), GRID_STRIDE_BLOCK,
                                        rows, b, y, n_rows, n_cols)
     return y.view(x.shape)

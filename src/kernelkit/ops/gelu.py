@@ -29,6 +29,7 @@ import torch
 import torch.nn.functional as F
 
 from kernelkit.backends.cuda import cuda_kernel
+from kernelkit.backends.cuda.grid import BLOCK, elementwise_blocks
 from kernelkit.backends.numba import launch
 from kernelkit.spec import op
 
@@ -137,29 +138,10 @@ TRITON_FLAT = {name: _triton_builder(f"{name}_flat_kernel")
                for name in ("gelu", "gelu_erf", "gelu_backward", "gelu_erf_backward")}
 
 # Launchers --------------------------------------------------------------------------------------------------
-# The grid-stride kernels (cuda_vec, numba_flat) launch 256-thread blocks, as many as the GPU holds at once and no
-# more: each thread then loops. gelu.cu's __launch_bounds__ guarantees 8 such blocks fit on an SM. In Numba's
-# simulator the grid stays tiny, so the loop is exercised.
-BLOCK = 256
+# The grid-stride kernels (cuda_vec, numba_flat) launch 256-thread blocks, one thread per step of work on a GPU
+# (see backends/cuda/grid.py for why); in Numba's simulator the grid stays tiny, so the loop is exercised.
 # Number of inputs -> 16-byte vectors per input a cuda_vec thread loads per step (gelu.cu's kUnrollUnary/Binary).
 VECTORS_PER_STEP = {1: 2, 2: 1}
-SIMULATOR_BLOCKS = 2
-
-
-def _grid_stride_blocks(work_items: int, device: torch.device) -> int:
-    """Blocks for a grid-stride loop over ``work_items``: one per 256 items, capped at one full wave."""
-    needed = max(1, -(-work_items // BLOCK))
-    if device.type != "cuda":
-        return min(needed, SIMULATOR_BLOCKS)
-    return min(needed, _blocks_per_wave(device.index if device.index is not None else torch.cuda.current_device()))
-
-
-@functools.cache
-def _blocks_per_wave(device_index: int) -> int:
-    """SM count x resident 256-thread blocks per SM (H100: 132 x 8), at most the 8 gelu.cu is built for."""
-    props = torch.cuda.get_device_properties(device_index)
-    threads_per_sm = getattr(props, "max_threads_per_multi_processor", 2048)
-    return props.multi_processor_count * max(1, min(8, threads_per_sm // BLOCK))
 
 
 def _flat_inputs(x: torch.Tensor, *rest: torch.Tensor) -> tuple[torch.Tensor, ...]:
@@ -183,7 +165,7 @@ def _run_cuda_vec(kernels: dict[torch.dtype, Any], x: torch.Tensor, *rest: torch
         aligned = all(t.data_ptr() % 16 == 0 for t in flats)
         per_step = 16 // out.element_size() * VECTORS_PER_STEP[len(flats)]
         items = -(-n // per_step) if aligned else n
-        kernels[x.dtype].launch(_grid_stride_blocks(items, out.device), BLOCK, *flats, out, n)
+        kernels[x.dtype].launch(elementwise_blocks(items, out.device), BLOCK, *flats, out, n)
     return out.view(x.shape)
 
 
@@ -206,7 +188,7 @@ def _run_numba_flat(kernel: str, x: torch.Tensor, *rest: torch.Tensor) -> torch.
     if out.numel():
         from kernelkit.ops import gelu_numba
 
-        launch(getattr(gelu_numba, kernel), _grid_stride_blocks(out.numel(), out.device), BLOCK, *flats, out)
+        launch(getattr(gelu_numba, kernel), elementwise_blocks(out.numel(), out.device), BLOCK, *flats, out)
     return out.view(x.shape)
 
 

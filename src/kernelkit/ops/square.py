@@ -16,6 +16,7 @@ import math
 import torch
 
 from kernelkit.backends.cuda import cuda_kernel, load_inline
+from kernelkit.backends.cuda.grid import BLOCK, elementwise_blocks
 from kernelkit.backends.numba import launch
 from kernelkit.backends.triton import do_bench
 from kernelkit.spec import op
@@ -104,26 +105,9 @@ CUDA_VEC4 = {  # one kernel per dtype: 4 floats or 8 halves / bfloat16s per 16-b
     torch.bfloat16: cuda_kernel("square.cu", "square_vec4_bf16_kernel"),
 }
 
-# Grid-stride kernels (numba_flat, cuda_vec4) launch 256-thread blocks, as many as the GPU holds at once and no
-# more: each thread then loops. On the CPU (Numba's simulator) the grid stays tiny, so the loop is exercised.
-GRID_STRIDE_BLOCK = 256
-SIMULATOR_BLOCKS = 2
-
-
-def _grid_stride_blocks(work_items: int, device: torch.device) -> int:
-    """Blocks for a grid-stride loop over ``work_items``: one per 256 items, capped at one full wave."""
-    needed = max(1, -(-work_items // GRID_STRIDE_BLOCK))
-    if device.type != "cuda":
-        return min(needed, SIMULATOR_BLOCKS)
-    return min(needed, _blocks_per_wave(device.index if device.index is not None else torch.cuda.current_device()))
-
-
-@functools.cache
-def _blocks_per_wave(device_index: int) -> int:
-    """SM count x resident 256-thread blocks per SM (H100: 132 x 8): a multiple of the SM count."""
-    props = torch.cuda.get_device_properties(device_index)
-    threads_per_sm = getattr(props, "max_threads_per_multi_processor", 2048)
-    return props.multi_processor_count * max(1, threads_per_sm // GRID_STRIDE_BLOCK)
+# Grid-stride kernels (numba_flat, cuda_vec4) launch one thread per item on a GPU (see backends/cuda/grid.py for
+# why) and a tiny grid in Numba's simulator, where the loop is what runs.
+GRID_STRIDE_BLOCK = BLOCK
 
 
 # Impls ------------------------------------------------------------------------------------------------------
@@ -196,7 +180,7 @@ def square_numba_flat(x: torch.Tensor) -> torch.Tensor:
     if flat.numel():
         from kernelkit.ops.square_numba import square_flat_kernel
 
-        launch(square_flat_kernel, _grid_stride_blocks(flat.numel(), flat.device), GRID_STRIDE_BLOCK, flat, y)
+        launch(square_flat_kernel, elementwise_blocks(flat.numel(), flat.device), GRID_STRIDE_BLOCK, flat, y)
     return y.view(x.shape)
 
 
@@ -212,7 +196,7 @@ def square_cuda_vec4(x: torch.Tensor) -> torch.Tensor:
         per_vector = 16 // flat.element_size()
         # A view that starts off a 16-byte boundary (x[1:]) runs the kernel's scalar loop: one item per element.
         items = -(-n // per_vector) if flat.data_ptr() % 16 == 0 else n
-        CUDA_VEC4[x.dtype].launch(_grid_stride_blocks(items, flat.device), GRID_STRIDE_BLOCK, flat, y, n)
+        CUDA_VEC4[x.dtype].launch(elementwise_blocks(items, flat.device), GRID_STRIDE_BLOCK, flat, y, n)
     return y.view(x.shape)
 
 
