@@ -1,5 +1,6 @@
 """kernelkit.torch_op: any impl as a torch.library custom op that works in models and under torch.compile."""
 
+import dataclasses
 import os
 import subprocess
 import sys
@@ -206,3 +207,52 @@ def test_every_square_impl_as_a_custom_op_on_cuda(impl):
 
     compiled = torch.compile(Model(), fullgraph=True)
     torch.testing.assert_close(compiled(x), (x + 1) * (x + 1) * 2)
+
+
+def test_a_declared_backward_op_gives_the_gradient_through_its_same_named_impl(monkeypatch):
+    """softmax's eager impl as an operator: its backward runs softmax_backward's eager impl (counted), and the
+    gradient equals autograd of the reference."""
+    from kernelkit.ops import softmax as softmax_module
+
+    calls = []
+    impl = softmax_module.softmax_backward.impls["eager"]
+    monkeypatch.setitem(softmax_module.softmax_backward.impls, "eager",
+                        dataclasses.replace(impl, fn=lambda y, dy: calls.append(1) or impl.fn(y, dy)))
+    operator = kk.torch_op(softmax_module.softmax, "eager", name="softmax_eager_bwcheck")
+    x = torch.randn(5, 33, dtype=torch.float64, requires_grad=True)
+    dy = torch.randn(5, 33, dtype=torch.float64)
+    (got,) = torch.autograd.grad(operator(x), x, dy)
+    (want,) = torch.autograd.grad(softmax_module.softmax.reference(x), x, dy)
+    assert calls == [1]
+    torch.testing.assert_close(got, want)
+
+
+def test_every_forward_with_a_backward_op_names_impls_that_exist_there():
+    from kernelkit.ops import gelu as gelu_module
+    from kernelkit.ops import softmax as softmax_module
+
+    for forward in (gelu_module.gelu, gelu_module.gelu_erf, softmax_module.softmax):
+        assert forward.backward is not None
+        shared = set(forward.impls) & set(forward.backward.op.impls)
+        assert shared, forward.name  # at least one kernel impl has its own backward
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(("module", "op_name", "impl"), [
+    ("gelu", "gelu", "triton_flat"), ("gelu", "gelu", "cuda_vec"), ("gelu", "gelu_erf", "cuda_vec"),
+    ("softmax", "softmax", "triton_rowwise"), ("softmax", "softmax", "cuda_warp"),
+])
+def test_kernel_backwards_match_autograd_of_the_reference_on_gpu(module, op_name, impl):
+    import importlib
+
+    forward = getattr(importlib.import_module(f"kernelkit.ops.{module}"), op_name)
+    operator = kk.torch_op(forward, impl)
+    x = torch.randn(257, 1000, device="cuda", requires_grad=True)
+    dy = torch.randn(257, 1000, device="cuda")
+    (got,) = torch.autograd.grad(operator(x), x, dy)
+    (want,) = torch.autograd.grad(forward.reference(x.double()), x, dy.double())
+    torch.testing.assert_close(got, want.float(), atol=1e-5, rtol=1e-4)
+    compiled = torch.compile(lambda t: operator(t).sum(), fullgraph=True)
+    (again,) = torch.autograd.grad(compiled(x), x)
+    torch.testing.assert_close(again, torch.autograd.grad(forward.reference(x.double()).sum(), x)[0].float(),
+                               atol=1e-5, rtol=1e-4)

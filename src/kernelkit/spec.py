@@ -105,6 +105,15 @@ class Impl:
     description: str = ""
 
 
+@dataclass(frozen=True)
+class Backward:
+    """How an op's gradient is computed by another op: ``op`` (e.g. gelu_backward) takes ``saved(*inputs, output)``
+    followed by the output's gradient, and returns the gradient of the first input."""
+
+    op: Op
+    saved: Callable[..., tuple[Any, ...]]
+
+
 @dataclass
 class Op:
     """A kernel problem: the reference (the spec), how to make inputs, what a call costs, how close is close."""
@@ -121,6 +130,12 @@ class Op:
     tolerance: dict[torch.dtype, tuple[float, float]] = field(default_factory=dict)
     impls: dict[str, Impl] = field(default_factory=dict)
     description: str = ""
+    backward: Backward | None = None
+
+    def set_backward(self, op: Op, saved: Callable[..., tuple[Any, ...]]) -> None:
+        """Declare ``op`` as this op's backward: ``kk.torch_op(self, impl)`` then runs ``op``'s impl of the same
+        name for the gradient (else the reference's autograd). saved(*inputs, output) -> its leading arguments."""
+        self.backward = Backward(op, saved)
 
     @functools.cached_property
     def baselines(self) -> dict[str, Impl]:

@@ -9,7 +9,9 @@ with ``fullgraph=True`` and no graph break. Everything it needs comes from the o
   fixed tuple of tensors, from the return annotation or else by running the reference once on a small CPU case;
 - the fake (meta) impl: the reference run on FakeTensors gives each output's shape, dtype and device, so output
   shapes must follow from input shapes and non-tensor arguments (no data-dependent shapes);
-- the gradient: the reference's own (its vjp at the saved inputs); the kernel runs the forward only.
+- the gradient: when the op declares a backward op (``op.set_backward``) that has an impl of the same name, that
+  impl (gelu's triton_flat -> gelu_backward's triton_flat); otherwise the reference's own (its vjp at the saved
+  inputs).
 
 Outputs are contiguous and never alias an input: a non-contiguous or aliasing impl output is copied, because the
 fake impl promises fresh contiguous tensors and inductor plans memory around that promise. The schema declares
@@ -31,7 +33,7 @@ import torch
 
 from kernelkit import loader
 from kernelkit.errors import SpecError
-from kernelkit.spec import BASELINES, Impl, Op
+from kernelkit.spec import BASELINES, Backward, Impl, Op
 
 NAMESPACE = "kernelkit"
 _SCALAR_TYPES: dict[type, str] = {bool: "bool", int: "SymInt", float: "float", str: "str"}
@@ -78,7 +80,11 @@ def torch_op(op: Op | str, impl: str, *, name: str | None = None) -> torch._ops.
         qualname, _kernel(chosen, signature), mutates_args=(), schema=signature.schema
     )
     definition.register_fake(_fake(spec, signature))
-    backward, setup_context = _reference_gradient(spec, signature)
+    kernel_backward = spec.backward.op.impls.get(impl) if spec.backward is not None else None
+    if kernel_backward is not None:
+        backward, setup_context = _kernel_gradient(spec.backward, kernel_backward)
+    else:
+        backward, setup_context = _reference_gradient(spec, signature)
     definition.register_autograd(backward, setup_context=setup_context)
     _made[opname] = _Made(spec.name, impl, definition)
     return getattr(torch.ops.kernelkit, opname)
@@ -276,6 +282,24 @@ def _reference_gradient(op: Op, signature: _Signature) -> tuple[Callable[..., An
         for i, grad in zip(wrt, cotangents, strict=True):
             result[i] = grad
         return tuple(result)
+
+    return backward, setup_context
+
+
+def _kernel_gradient(spec: Backward, impl: Impl) -> tuple[Callable[..., Any], Callable[..., Any]]:
+    """(backward, setup_context) running the backward op's impl: the first input's gradient from
+    ``impl(*spec.saved(*inputs, output), grad_output)``; other inputs get none."""
+
+    def setup_context(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
+        tensors = [v for v in (*inputs, output) if isinstance(v, torch.Tensor)]
+        ctx.save_for_backward(*tensors)
+        ctx.layout = [_SAVED if isinstance(v, torch.Tensor) else v for v in (*inputs, output)]
+
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
+        saved = iter(ctx.saved_tensors)
+        values = [next(saved) if v is _SAVED else v for v in ctx.layout]
+        first = impl.fn(*spec.saved(*values), grad.contiguous())
+        return (first, *([None] * (len(values) - 2)))
 
     return backward, setup_context
 

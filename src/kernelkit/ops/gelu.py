@@ -112,6 +112,12 @@ def gelu_erf_backward(x: torch.Tensor, dy: torch.Tensor) -> torch.Tensor:
     return (dyf * (cdf + xf * pdf)).to(x.dtype)
 
 
+# As PyTorch operators (kk.torch_op), each forward impl takes its gradient from the backward op's impl of the
+# same name, which reads the saved x.
+gelu.set_backward(gelu_backward, saved=lambda x, y: (x,))
+gelu_erf.set_backward(gelu_erf_backward, saved=lambda x, y: (x,))
+
+
 # Kernels ----------------------------------------------------------------------------------------------------
 
 CUDA_DOUBLE = cuda_kernel("gelu.cu", "gelu_double_kernel")

@@ -70,6 +70,11 @@ def softmax_backward(y: torch.Tensor, dy: torch.Tensor) -> torch.Tensor:
     return y * (dy - (y * dy).sum(dim=-1, keepdim=True))
 
 
+# As PyTorch operators (kk.torch_op), each forward impl takes its gradient from softmax_backward's impl of the
+# same name, which reads the saved output y (not x: the backward never needs the logits).
+softmax.set_backward(softmax_backward, saved=lambda x, y: (y,))
+
+
 def _as_rows(x: torch.Tensor) -> torch.Tensor:
     """(..., N) -> a contiguous (M, N) tensor (a copy when x is not contiguous); a 0-d tensor is one row of one."""
     return x.contiguous().reshape(math.prod(x.shape[:-1]), x.shape[-1] if x.dim() else 1)
