@@ -1,0 +1,190 @@
+"""`kernelkit demo`: one real CPU run (shared by the slow tests), and the step guard with fake steps (fast)."""
+
+import io
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+from typer.testing import CliRunner
+
+from kernelkit import demo, demo_steps, sweep
+from kernelkit.cli import app
+from kernelkit.demo_steps import Outcome
+from kernelkit.measure.measurement import BenchResult, Ceiling, Measurement
+from kernelkit.measure.stats import speedup
+from kernelkit.results import Status
+from kernelkit.sweep import SweepReport
+
+TITLES = [step.title for step in demo.steps()]
+
+
+@pytest.fixture(scope="module")
+def cpu_demo(tmp_path_factory: pytest.TempPathFactory) -> tuple[int, str, Path]:
+    """The whole demo on the CPU, once: (exit code, everything it printed, its output folder)."""
+    out_dir = tmp_path_factory.mktemp("demo")
+    buffer = io.StringIO()
+    code = demo.run_demo(Console(file=buffer, width=160), device="cpu", out_dir=out_dir)
+    return code, buffer.getvalue(), out_dir
+
+
+@pytest.mark.slow
+def test_cpu_demo_runs_every_step_and_exits_0(cpu_demo):
+    code, text, _ = cpu_demo
+    assert code == 0, text
+    for number, title in enumerate(TITLES, 1):
+        assert f"{number}. {title}" in text
+    assert "Summary" in text and "Go further" in text and "kernelkit bench square" in text
+    assert "0 failed" in text
+
+
+@pytest.mark.slow
+def test_cpu_demo_labels_cpu_timings_and_says_why_gpu_steps_skip(cpu_demo):
+    _, text, out_dir = cpu_demo
+    assert "CPU timings (not GPU performance)" in text  # step 1's table
+    assert "no asynchrony to show" in text
+    assert "CPU timings: not GPU performance" in text  # the bench tables' caption
+    assert "no GPU; it compiled" in text  # CUDA C++ impls: built with NVRTC, then SKIPPED
+    assert "skipped: no GPU: Nsight Compute" in text
+    assert "SKIPPED" in text and "PASSED" in text
+
+
+@pytest.mark.slow
+def test_cpu_demo_shows_the_evidence_of_each_step(cpu_demo):
+    _, text, out_dir = cpu_demo
+    assert "kk.bench, cold mode" in text and "stopped:" in text
+    assert "square: 64x48, 33x17, 1x257; float32" in text  # the check tables
+    for impl in ("triton_flat", "numba_flat", "triton_online", "compile (baseline)", "eager (baseline)"):
+        assert impl in text  # the bench tables: impls that run on the CPU, and both baselines
+    assert "cuda_vec4 " not in text.split("3. Benchmark")[1].split("4. Where")[0]  # CUDA C++ is not benched here
+    assert "% of ceiling" in text
+    assert "profile square/eager/64x48/float32 on cpu" in text
+    assert list((out_dir / "profile").glob("*.trace.json"))
+    assert "square/cuda_vec4/4096x4096/float32 compiled for sm_90" in text
+    assert "128-bit" in text
+
+
+def _fake_steps(monkeypatch: pytest.MonkeyPatch, ran: list[str], **replace: object) -> None:
+    """Every step replaced by one that records its name and prints a marker, unless given in ``replace``."""
+    for name in ("timing_step", "check_step", "bench_step", "profile_step", "asm_step", "ncu_step"):
+        def fake(ctx: demo_steps.DemoContext, name: str = name) -> Outcome:
+            ran.append(name)
+            ctx.console.print(f"evidence of {name}")
+            return Outcome("ok", f"{name} done")
+
+        monkeypatch.setattr(demo_steps, name, replace.get(name, fake))
+
+
+def test_a_step_that_raises_is_reported_and_the_others_still_run(monkeypatch):
+    def broken(ctx):
+        raise RuntimeError("the bench broke")
+
+    ran: list[str] = []
+    _fake_steps(monkeypatch, ran, bench_step=broken)
+    result = CliRunner().invoke(app, ["demo", "--device", "cpu"])
+    assert result.exit_code == 1, result.output
+    assert "step 3 failed: RuntimeError: the bench broke" in result.output
+    assert ran == ["timing_step", "check_step", "profile_step", "asm_step", "ncu_step"]
+    assert "evidence of ncu_step" in result.output
+    assert "FAILED" in result.output and "5 ok, 0 skipped, 1 failed" in result.output
+
+
+@pytest.mark.parametrize(("status", "code"), [("skipped", 0), ("failed", 1)])
+def test_skipped_steps_do_not_fail_the_demo_failed_ones_do(monkeypatch, status, code):
+    ran: list[str] = []
+    _fake_steps(monkeypatch, ran, ncu_step=lambda ctx: Outcome(status, "no ncu here"))
+    buffer = io.StringIO()
+    assert demo.run_demo(Console(file=buffer, width=160), device="cpu") == code
+    assert "no ncu here" in buffer.getvalue()
+
+
+def test_an_interrupt_stops_the_demo_with_the_summary_and_130(monkeypatch):
+    def interrupted(ctx):
+        raise KeyboardInterrupt
+
+    ran: list[str] = []
+    _fake_steps(monkeypatch, ran, check_step=interrupted)
+    buffer = io.StringIO()
+    assert demo.run_demo(Console(file=buffer, width=160), device="cpu") == 130
+    assert ran == ["timing_step"]
+    assert "(interrupted)" in buffer.getvalue()
+
+
+def test_bad_arguments_exit_2():
+    result = CliRunner().invoke(app, ["demo", "--device", "cpu", "--timeout", "0"])
+    assert result.exit_code == 2
+    assert "--timeout must be positive" in result.output
+
+
+def test_the_cpu_bench_times_only_impls_that_run_on_the_cpu():
+    impls = demo_steps.bench_impls("square", "cpu")
+    assert "triton_flat" in impls and "numba_2d" in impls
+    assert not any(name.startswith("cuda") for name in impls)
+    assert "eager" not in impls and "compile" not in impls  # baselines come with every sweep; naming one isolates it
+    assert demo_steps.bench_impls("square", "cuda") == []  # all of them
+
+
+def test_gpu_sweeps_stay_small():
+    for quick in (False, True):
+        for planned in demo_steps.check_sweeps("cuda", quick) + demo_steps.bench_sweeps("cuda", quick):
+            assert len(planned.sizes) * len(planned.dtypes) <= 4
+
+
+def _measurement(label: str, median_us: float, pct_bw: float | None = None) -> Measurement:
+    samples = [median_us * 1e-6 * (1 + 0.001 * i) for i in range(-10, 11)]
+    return Measurement(label=label, mode="cold", device="cuda", device_name="NVIDIA H100 80GB HBM3", samples=samples,
+                       first_call=0.5, warmup_calls=3, stop_reason="converged", bytes=2 * 4 << 26,
+                       ceiling=Ceiling(bandwidth_gbps=3000.0, pct_bandwidth=pct_bw) if pct_bw else None)
+
+
+def test_gpu_bench_step_names_the_fastest_impl_against_the_baselines(monkeypatch):
+    asked = []
+
+    def fake_bench_op(target, **kwargs):
+        asked.append((target, kwargs))
+        size, dtype = kwargs["sizes"][0], str(kwargs["dtypes"][0]).removeprefix("torch.")
+        results = [BenchResult(target, name, backend, size, dtype, "cuda", "cold", Status.PASSED, role=role,
+                               measurement=_measurement(name, median, pct))
+                   for name, backend, role, median, pct in (("cuda_vec4", "cuda", "impl", 180.0, 93.0),
+                                                            ("triton_flat", "triton", "impl", 185.0, 91.0),
+                                                            ("eager", "eager", "baseline", 240.0, 70.0),
+                                                            ("compile", "compile", "baseline", 181.0, 92.0))]
+        base = {r.impl: r.measurement.samples for r in results if r.role == "baseline"}
+        for r in results[:2]:
+            r.speedups = {name: speedup(samples, r.measurement.samples) for name, samples in base.items()}
+        results.append(BenchResult(target, "numba_flat", "numba", size, dtype, "cuda", "cold", Status.SKIPPED,
+                                   message="impl 'numba_flat' supports float32, float16 only"))
+        return SweepReport(device="cuda", mode="cold", results=results)
+
+    monkeypatch.setattr(sweep, "bench_op", fake_bench_op)
+    buffer = io.StringIO()
+    outcome = demo_steps.bench_step(demo_steps.DemoContext(Console(file=buffer, width=160), "cuda", 60.0))
+    text = buffer.getvalue()
+    assert outcome.status == "ok", text
+    assert [target for target, _ in asked] == ["square", "softmax"]
+    assert all(kw["impls"] == [] and kw["store"] is None and kw["budget"] == 1.0 for _, kw in asked)
+    assert "fastest impl at 67108864 float32: cuda_vec4, 180 µs" in text
+    assert "faster than eager" in text and "as fast as compile (within noise)" in text
+    assert "93% bw of the calibrated ceiling" in text
+    assert "skipped numba_flat (float32): impl 'numba_flat' supports float32, float16 only" in text
+    assert "Not stored" in text
+
+
+def test_ncu_step_skips_with_the_reason_when_ncu_is_missing_or_locked(monkeypatch):
+    from kernelkit.profiling import ncu
+
+    def missing():
+        raise ncu.NcuNotFound("Nsight Compute (ncu) not found: not in $KERNELKIT_NCU, not on PATH")
+
+    ctx = demo_steps.DemoContext(Console(file=io.StringIO(), width=160), "cuda", 60.0)
+    monkeypatch.setattr(ncu, "find_ncu", missing)
+    outcome = demo_steps.ncu_step(ctx)
+    assert outcome.status == "skipped"
+    assert "Nsight Compute (ncu) not found on this machine" in outcome.note
+
+    def locked(*args, **kwargs):
+        raise ncu.NcuPermissionError("ERR_NVGPUCTRPERM: no access to the GPU's performance counters\nhelp")
+
+    monkeypatch.setattr(ncu, "find_ncu", lambda: Path("/usr/local/cuda/bin/ncu"))
+    monkeypatch.setattr(ncu, "run_ncu", locked)
+    outcome = demo_steps.ncu_step(ctx)
+    assert outcome.status == "skipped" and "ERR_NVGPUCTRPERM" in outcome.note
