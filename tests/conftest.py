@@ -1,8 +1,15 @@
+import os
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 import torch
+
+if not torch.cuda.is_available():
+    # Without a GPU, Triton runs in its interpreter, and that is fixed when triton is first imported: its own
+    # @triton.jit library functions (tl.max, tl.sum) are made interpreted or compiled at that moment. Some test
+    # modules import triton at collection, before any fixture could set this.
+    os.environ.setdefault("TRITON_INTERPRET", "1")
 
 
 def pytest_collection_modifyitems(config, items):

@@ -22,7 +22,7 @@ pytestmark = pytest.mark.slow
 @pytest.fixture(scope="module")
 def report(tmp_path_factory):
     store = Store.open(tmp_path_factory.mktemp("store") / "results.sqlite")
-    got = sweep.bench_op(OPS, impls=["eager_add", "eager_wrong", "eager_flaky", "eager"], device="cpu",
+    got = sweep.bench_op(OPS, impls=["eager_add", "eager_wrong", "eager_flaky", "eager", "compile"], device="cpu",
                          mode="hot", budget=0.3, store=store, command="kernelkit bench bench_ops.py")
     yield got, store
     store.close()

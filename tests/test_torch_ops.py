@@ -225,6 +225,9 @@ def test_a_declared_backward_op_gives_the_gradient_through_its_same_named_impl(m
     (want,) = torch.autograd.grad(softmax_module.softmax.reference(x), x, dy)
     assert calls == [1]
     torch.testing.assert_close(got, want)
+    compiled = torch.compile(lambda t: (operator(t) * dy).sum(), fullgraph=True)  # the backward traces too
+    (again,) = torch.autograd.grad(compiled(x), x)
+    torch.testing.assert_close(again, want)
 
 
 def test_every_forward_with_a_backward_op_names_impls_that_exist_there():

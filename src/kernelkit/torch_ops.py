@@ -80,9 +80,11 @@ def torch_op(op: Op | str, impl: str, *, name: str | None = None) -> torch._ops.
         qualname, _kernel(chosen, signature), mutates_args=(), schema=signature.schema
     )
     definition.register_fake(_fake(spec, signature))
-    kernel_backward = spec.backward.op.impls.get(impl) if spec.backward is not None else None
-    if kernel_backward is not None:
-        backward, setup_context = _kernel_gradient(spec.backward, kernel_backward)
+    if spec.backward is not None and impl in spec.backward.op.impls:
+        # The backward impl as an operator of its own (with its fake impl): AOTAutograd traces backward formulas
+        # under torch.compile, and a raw kernel launch cannot run on FakeTensors.
+        backward_operator = torch_op(spec.backward.op, impl)
+        backward, setup_context = _kernel_gradient(spec.backward, backward_operator)
     else:
         backward, setup_context = _reference_gradient(spec, signature)
     definition.register_autograd(backward, setup_context=setup_context)
@@ -286,9 +288,9 @@ def _reference_gradient(op: Op, signature: _Signature) -> tuple[Callable[..., An
     return backward, setup_context
 
 
-def _kernel_gradient(spec: Backward, impl: Impl) -> tuple[Callable[..., Any], Callable[..., Any]]:
-    """(backward, setup_context) running the backward op's impl: the first input's gradient from
-    ``impl(*spec.saved(*inputs, output), grad_output)``; other inputs get none."""
+def _kernel_gradient(spec: Backward, operator: Any) -> tuple[Callable[..., Any], Callable[..., Any]]:
+    """(backward, setup_context) running the backward op's impl as an operator: the first input's gradient is
+    ``operator(*spec.saved(*inputs, output), grad_output)``; other inputs get none."""
 
     def setup_context(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
         tensors = [v for v in (*inputs, output) if isinstance(v, torch.Tensor)]
@@ -298,7 +300,7 @@ def _kernel_gradient(spec: Backward, impl: Impl) -> tuple[Callable[..., Any], Ca
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
         saved = iter(ctx.saved_tensors)
         values = [next(saved) if v is _SAVED else v for v in ctx.layout]
-        first = impl.fn(*spec.saved(*values), grad.contiguous())
+        first = operator(*spec.saved(*values), grad.contiguous())
         return (first, *([None] * (len(values) - 2)))
 
     return backward, setup_context
