@@ -19,8 +19,10 @@ import torch
 
 from kernelkit.errors import BackendUnavailable
 from kernelkit.measure import clocks, device
+from kernelkit.measure import fingerprint as host
 from kernelkit.measure.clocks import CLOCK_FLOOR, ClockReader, keep_sample, reason_names
-from kernelkit.measure.device import Ceilings, calibrate, ceiling_for, fingerprint, git_state, load_cached
+from kernelkit.measure.device import Ceilings, calibrate, ceiling_for, load_cached
+from kernelkit.measure.fingerprint import fingerprint, git_state
 from kernelkit.measure.measurement import Measurement
 
 ON_CPU = not torch.cuda.is_available()
@@ -171,7 +173,7 @@ def test_fingerprint_reads_triton_version_without_importing_it():
 
 
 def test_device_name_says_cpu():
-    assert device.device_name("cpu") == f"CPU: {device.cpu_model()}"
+    assert host.device_name("cpu") == f"CPU: {host.cpu_model()}"
 
 
 def git(where: Path, *args: str) -> str:
@@ -223,9 +225,9 @@ def test_git_state_is_none_without_git(repo, monkeypatch):
 
 
 def test_l2_bytes_on_cpu_is_a_positive_estimate():
-    assert device.l2_bytes("cpu") >= 1 << 20
-    assert device._parse_size("32768K\n") == 32 << 20
-    assert device._parse_size("1M") == 1 << 20
+    assert host.l2_bytes("cpu") >= 1 << 20
+    assert host._parse_size("32768K\n") == 32 << 20
+    assert host._parse_size("1M") == 1 << 20
 
 
 # --- ceilings: math ----------------------------------------------------------------------------------------------

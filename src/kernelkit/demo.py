@@ -115,7 +115,7 @@ def run_demo(
 
 
 def _print_header(ctx: DemoContext) -> None:
-    from kernelkit.measure import device as device_info
+    from kernelkit.measure import fingerprint as device_info
 
     ctx.console.rule("[bold]kernelkit demo")
     ctx.console.print(

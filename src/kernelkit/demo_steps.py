@@ -99,7 +99,7 @@ def timing_step(ctx: DemoContext) -> Outcome:
 
 
 def _timing_title(ctx: DemoContext, label: str) -> str:
-    from kernelkit.measure import device as device_info
+    from kernelkit.measure import fingerprint as device_info
 
     where = device_info.device_name(ctx.device)
     prefix = "" if ctx.gpu else "CPU timings (not GPU performance): "

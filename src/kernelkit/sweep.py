@@ -232,9 +232,9 @@ def bench_op(
     report = SweepReport(device=dev, mode=mode)
     groups = plan_groups(source, ops, dev, impls, sizes, dtypes, baselines)
     if store is not None:
-        from kernelkit.measure import device as device_info
+        from kernelkit.measure.fingerprint import fingerprint
 
-        report.env = device_info.fingerprint(source if source.endswith(".py") else None)
+        report.env = fingerprint(source if source.endswith(".py") else None)
         report.run_id = store.begin_run(command, report.env, op=",".join(o.name for o in ops), mode=mode, device=dev)
 
     def emit(result: BenchResult) -> None:

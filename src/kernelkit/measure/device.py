@@ -1,4 +1,4 @@
-"""The device a measurement ran on: its fingerprint (what, with which versions, at which clocks) and its ceilings.
+"""The ceilings of the device a measurement ran on (its fingerprint is in fingerprint.py).
 
 Ceilings are measured here, not copied from data sheets: the device-to-device copy bandwidth (read + write) and the
 dense-matmul rate of each dtype, each timed by the timing engine in hot mode. Measuring takes ~15 s on a GPU, so
@@ -9,13 +9,9 @@ setting, except torch's TF32 flag around the fp32/tf32 matmuls, which is restore
 from __future__ import annotations
 
 import contextlib
-import importlib.metadata
 import json
 import math
-import os
-import platform
 import re
-import subprocess
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
@@ -27,13 +23,12 @@ import torch
 from kernelkit.cache import cache_dir, write_atomic
 from kernelkit.errors import BackendUnavailable
 from kernelkit.measure.clocks import ClockReader
+from kernelkit.measure.fingerprint import cpu_model, device_name, driver_version_without_nvml, l2_bytes
 from kernelkit.measure.measurement import Ceiling, Measurement
 
 Bench = Callable[..., Measurement]  # the signature of kernelkit.measure.timer.bench
 
 CACHE_FORMAT = 1  # bump when Ceilings changes meaning: older cache files are then measured again
-GIT_TIMEOUT_S = 5.0
-CPU_CACHE_DEFAULT = 32 << 20  # when /sys does not say: a typical server L3
 
 GPU_COPY_BYTES = 2 << 30  # per buffer: ~40x an H100's 50 MB L2, so hot-mode copies stream from HBM
 GPU_MATMUL_N = 8192  # 1.1 TFLOP per call: long enough to reach the steady-state clock, short enough to repeat
@@ -42,163 +37,6 @@ CPU_MATMUL_N = 2048
 MATMUL_KINDS = ("fp32", "tf32", "bf16", "fp16", "fp8")
 MATMUL_DTYPES = {"fp32": torch.float32, "tf32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 DTYPE_KINDS = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16", "float8_e4m3fn": "fp8"}
-PACKAGES = {"triton": "triton", "numba": "numba", "numba_cuda": "numba-cuda", "cuda_core": "cuda-core"}
-
-
-# --- fingerprint -------------------------------------------------------------------------------------------------
-
-
-def fingerprint(user_file: str | None = None) -> dict[str, Any]:
-    """What a measurement ran on and with: device, versions, clocks, and the git state of ``user_file``.
-
-    Never raises: whatever cannot be read is None. CPU-only: ``device_name`` is 'CPU: <model>', ``gpu_count`` 0
-    and the other GPU fields None. Package versions come from installed metadata; triton is never imported.
-    """
-    cpu = cpu_model()
-    info: dict[str, Any] = {
-        "device_name": f"CPU: {cpu}",
-        "gpu_name": None,
-        "gpu_count": 0,
-        "compute_capability": None,
-        "driver_version": None,
-        "cuda_runtime": torch.version.cuda,
-        "l2_bytes": None,
-        "sm_clock_max_mhz": None,
-        "sm_clock_mhz": None,
-        "mem_clock_mhz": None,
-        "throttle_reasons": None,
-        "torch": torch.__version__,
-        **{key: _package_version(dist) for key, dist in PACKAGES.items()},
-        "python": platform.python_version(),
-        "platform": platform.platform(),
-        "host": platform.node(),
-        "cpu": cpu,
-        "user_file": None,
-        "git_commit": None,
-        "git_dirty": None,
-    }
-    info.update(_gpu_fingerprint())
-    if user_file:
-        info["user_file"] = str(Path(user_file).resolve())
-        info["git_commit"], info["git_dirty"] = git_state(user_file)
-    return info
-
-
-def _gpu_fingerprint() -> dict[str, Any]:
-    try:
-        if not torch.cuda.is_available():
-            return {}
-        index = torch.cuda.current_device()
-        props = torch.cuda.get_device_properties(index)
-        count = torch.cuda.device_count()
-    except Exception:  # noqa: BLE001 - a broken CUDA setup is described as CPU-only; a fingerprint never raises
-        return {}
-    info: dict[str, Any] = {
-        "device_name": props.name,
-        "gpu_name": props.name,
-        "gpu_count": count,
-        "compute_capability": f"{props.major}.{props.minor}",
-        "l2_bytes": getattr(props, "L2_cache_size", None),
-    }
-    reader = ClockReader.open(index)
-    if reader is not None:
-        with reader:
-            info["sm_clock_max_mhz"] = _finite(reader.max_sm_clock_mhz())
-            info["sm_clock_mhz"] = _finite(reader.sm_clock_mhz())
-            info["mem_clock_mhz"] = _finite(reader.mem_clock_mhz())
-            info["throttle_reasons"] = reader.throttle_reasons()
-            info["driver_version"] = reader.driver_version()
-    if info.get("driver_version") is None:
-        info["driver_version"] = _driver_version_without_nvml()
-    return info
-
-
-def git_state(path: str | os.PathLike[str]) -> tuple[str | None, bool | None]:
-    """(HEAD commit of the repository holding ``path``, whether ``path`` differs from it or is untracked).
-
-    Each is None when git is missing, times out, or ``path`` is not in a repository.
-    """
-    file = Path(path).resolve()
-    where = str(file if file.is_dir() else file.parent)
-    commit = _git(where, "rev-parse", "HEAD")
-    status = _git(where, "status", "--porcelain", "--", str(file))
-    return commit or None, None if status is None else bool(status)
-
-
-def _git(where: str, *args: str) -> str | None:
-    # No optional locks: a fingerprint must not take index.lock from under the user's own git commands.
-    env = {**os.environ, "GIT_OPTIONAL_LOCKS": "0", "GIT_TERMINAL_PROMPT": "0"}
-    try:
-        done = subprocess.run(["git", "-C", where, *args], capture_output=True, text=True, timeout=GIT_TIMEOUT_S,
-                              env=env, errors="replace")
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return done.stdout.strip() if done.returncode == 0 else None
-
-
-def device_name(device: torch.device | str) -> str:
-    """'NVIDIA H100 80GB HBM3' for a CUDA device, 'CPU: <model>' for the CPU (cheap: no fingerprint)."""
-    device = torch.device(device)
-    return torch.cuda.get_device_name(device) if device.type == "cuda" else f"CPU: {cpu_model()}"
-
-
-def cpu_model() -> str:
-    """The CPU's model name ('AMD EPYC 9654 96-Core Processor'), from /proc/cpuinfo where there is one."""
-    with contextlib.suppress(OSError):
-        for line in Path("/proc/cpuinfo").read_text(errors="replace").splitlines():
-            if line.startswith("model name") and ":" in line:
-                return line.split(":", 1)[1].strip()
-    return platform.processor() or platform.machine() or "unknown"
-
-
-def l2_bytes(device: torch.device | str) -> int:
-    """The last-level cache a cold-cache timing must evict, in bytes.
-
-    CUDA: the GPU's L2 (device properties). CPU: an estimate, the largest cache level cpu0 reports under
-    /sys/devices/system/cpu/cpu0/cache/index*/size (usually the shared L3), else 32 MiB.
-    """
-    device = torch.device(device)
-    if device.type == "cuda":
-        return int(torch.cuda.get_device_properties(device).L2_cache_size)
-    sizes = []
-    for entry in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*/size"):
-        with contextlib.suppress(OSError, ValueError):
-            sizes.append(_parse_size(entry.read_text()))
-    return max(sizes, default=CPU_CACHE_DEFAULT) or CPU_CACHE_DEFAULT
-
-
-def _parse_size(text: str) -> int:
-    """'32768K' -> 33554432; sysfs cache sizes carry a K, M or G suffix (binary units) or none."""
-    text = text.strip().upper()
-    scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:], 1)
-    return int(text.rstrip("KMG")) * scale
-
-
-def _package_version(dist: str) -> str | None:
-    try:
-        return importlib.metadata.version(dist)
-    except importlib.metadata.PackageNotFoundError:
-        return None
-
-
-def _driver_version_without_nvml() -> str | None:
-    """The kernel module's version from /proc, else the CUDA driver API version torch reports ('cuda-api-13.0')."""
-    with contextlib.suppress(OSError):
-        found = re.search(r"Kernel Module\s+(\S+)", Path("/proc/driver/nvidia/version").read_text())
-        if found:
-            return found.group(1)
-    get = getattr(torch._C, "_cuda_getDriverVersion", None)
-    if get is None:
-        return None
-    try:
-        version = int(get())
-    except (RuntimeError, TypeError, ValueError):
-        return None
-    return f"cuda-api-{version // 1000}.{version % 1000 // 10}" if version else None
-
-
-def _finite(value: float) -> float | None:
-    return None if math.isnan(value) else value
 
 
 # --- ceilings ----------------------------------------------------------------------------------------------------
@@ -341,7 +179,7 @@ def _identity(dev: torch.device) -> tuple[str, str]:
     if reader is not None:
         with reader:
             driver = reader.driver_version()
-    driver = driver or _driver_version_without_nvml() or "unknown"
+    driver = driver or driver_version_without_nvml() or "unknown"
     return name, f"{_slug(name)}_driver-{_slug(driver)}_torch-{_slug(torch.__version__)}"
 
 

@@ -190,7 +190,7 @@ class _Environment:
     @classmethod
     def open(cls, device: str, mode: str) -> _Environment:
         from kernelkit.measure import clocks
-        from kernelkit.measure import device as device_info
+        from kernelkit.measure import fingerprint as host
 
         if device == "cuda":
             if not torch.cuda.is_available():
@@ -198,11 +198,11 @@ class _Environment:
             index = torch.cuda.current_device()
             clock = clocks.ClockReader.open(index)
             max_clock = clock.max_sm_clock_mhz() if clock is not None else None
-            return cls(device, mode, torch.cuda.get_device_name(index), device_info.l2_bytes(torch.device("cuda")),
+            return cls(device, mode, torch.cuda.get_device_name(index), host.l2_bytes(torch.device("cuda")),
                        clock, max_clock)
         if device != "cpu":
             raise MeasureError(f"unknown device {device!r}; use cpu or cuda")
-        return cls(device, mode, device_info.device_name("cpu"), device_info.l2_bytes(torch.device("cpu")))
+        return cls(device, mode, host.device_name("cpu"), host.l2_bytes(torch.device("cpu")))
 
     def sampler(self, fn: Callable[[], Any], estimate: float) -> Any:
         if self.device == "cpu":
