@@ -22,6 +22,29 @@ def pytest_collection_modifyitems(config, items):
 
 
 @pytest.fixture
+def cpu_process(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Triton's interpreter and Numba's simulator in this process for one test; the environment is restored."""
+    from kernelkit import backends
+
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    monkeypatch.setenv("NUMBA_ENABLE_CUDASIM", "1")
+    backends.prepare_process("cpu")
+
+
+@pytest.fixture(scope="session")
+def can_compile() -> bool:
+    """Whether a CUDA compiler (NVRTC or nvcc) is here: compile-only checks need one."""
+    from kernelkit.backends.cuda import build
+    from kernelkit.errors import BackendUnavailable
+
+    try:
+        build._find_compiler()
+    except BackendUnavailable:
+        return False
+    return True
+
+
+@pytest.fixture
 def fresh_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """An empty kernelkit disk cache for the test; nothing is written to the user's."""
     monkeypatch.setenv("KERNELKIT_CACHE_DIR", str(tmp_path / "cache"))

@@ -16,9 +16,7 @@ import torch
 import torch.nn.functional as F
 
 import kernelkit as kk
-from kernelkit import backends, verify
-from kernelkit.backends.cuda import build as cuda_build
-from kernelkit.errors import BackendUnavailable
+from kernelkit import verify
 from kernelkit.ops import bias_gelu as bias_gelu_module
 from kernelkit.profiling.asm import disassemble, memory_ops
 from kernelkit.results import Status
@@ -91,30 +89,19 @@ def _summary(report: kk.RunReport) -> list[tuple[str, str, str, str, str]]:
     return [(r.op, r.impl, "x".join(map(str, r.size)), r.dtype, r.status.value) for r in report.results]
 
 
-@pytest.fixture
-def cpu_process(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Triton's interpreter in this process for one test; the environment is restored."""
-    monkeypatch.setenv("TRITON_INTERPRET", "1")
-    backends.prepare_process("cpu")
 
 
-def _can_compile() -> bool:
-    try:
-        cuda_build._find_compiler()
-    except BackendUnavailable:
-        return False
-    return True
 
 
 # ---- CPU --------------------------------------------------------------------------------------------------
 
 
-def test_every_impl_at_edge_shapes_on_cpu(cpu_process: None) -> None:
+def test_every_impl_at_edge_shapes_on_cpu(cpu_process: None, can_compile: bool) -> None:
     report = kk.check("bias_gelu", device="cpu", isolate=False, sizes=CPU_SHAPES, dtypes=list(FP))
     assert len(report.results) == len(IMPLS) * len(CPU_SHAPES) * len(FP)
     for r in report.results:
         assert r.status is _expected_on_cpu(r.impl, getattr(torch, r.dtype)), (r.case_id, r.status, r.message)
-        if r.impl == "cuda_fused_vec" and _can_compile():  # the check compiles every kernel before "no GPU"
+        if r.impl == "cuda_fused_vec" and can_compile:  # the check compiles every kernel before "no GPU"
             assert all(name in r.message for name in CUDA_KERNELS), r.message
     tuned = [r.details["autotune"]["bias_gelu_fused_kernel"] for r in report.results
              if r.impl == "triton_fused" and r.status is Status.PASSED]
@@ -150,8 +137,8 @@ def test_fused_gelu_at_extreme_values_on_cpu(cpu_process: None) -> None:
     torch.testing.assert_close(y, expected, atol=1e-6, rtol=2e-6, equal_nan=True)
 
 
-def test_cuda_kernels_compile_vectorized_and_fully_resident() -> None:
-    if not _can_compile():
+def test_cuda_kernels_compile_vectorized_and_fully_resident(can_compile: bool) -> None:
+    if not can_compile:
         pytest.skip("neither NVRTC (cuda.core) nor nvcc is here")
     kernels = IMPLS["cuda_fused_vec"].kernels
     assert [k.name for k in kernels] == CUDA_KERNELS

@@ -22,9 +22,7 @@ import torch
 import torch.nn.functional as F
 
 import kernelkit as kk
-from kernelkit import backends, verify
-from kernelkit.backends.cuda import build as cuda_build
-from kernelkit.errors import BackendUnavailable
+from kernelkit import verify
 from kernelkit.ops import gelu as gelu_module
 from kernelkit.results import Status
 from kernelkit.runner import plan
@@ -106,20 +104,8 @@ def _summary(report: kk.RunReport) -> list[tuple[str, str, str, str, str, str]]:
     return [(r.op, r.impl, "x".join(map(str, r.size)), r.dtype, r.status.value, r.message) for r in report.results]
 
 
-@pytest.fixture
-def cpu_process(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Triton's interpreter and Numba's simulator in this process for one test; the environment is restored."""
-    monkeypatch.setenv("TRITON_INTERPRET", "1")
-    monkeypatch.setenv("NUMBA_ENABLE_CUDASIM", "1")
-    backends.prepare_process("cpu")
 
 
-def _can_compile() -> bool:
-    try:
-        cuda_build._find_compiler()
-    except BackendUnavailable:
-        return False
-    return True
 
 
 # ---- references ---------------------------------------------------------------------------------------------
@@ -192,13 +178,13 @@ def test_extremes_in_the_cpu_emulated_impls(cpu_process: None) -> None:
 # ---- every impl on the CPU ----------------------------------------------------------------------------------
 
 
-def test_every_impl_at_edge_shapes_on_cpu(cpu_process: None) -> None:
+def test_every_impl_at_edge_shapes_on_cpu(cpu_process: None, can_compile: bool) -> None:
     cases = _cases(list(OPS), "cpu", sizes=CPU_SHAPES, dtypes=list(FP))
     report = kk.run_cases(cases, "cpu", isolate=False)
     assert len(report.results) == sum(len(op.impls) for op in OPS.values()) * len(CPU_SHAPES) * len(FP)
     for r in report.results:
         assert r.status is _expected_on_cpu(r.impl, getattr(torch, r.dtype)), (r.case_id, r.status, r.message)
-        if r.impl.startswith("cuda") and r.dtype == "float32" and _can_compile():  # built before "no GPU"
+        if r.impl.startswith("cuda") and r.dtype == "float32" and can_compile:  # built before "no GPU"
             assert "compiled" in r.message and all(k.name in r.message for k in OPS[r.op].impls[r.impl].kernels)
     tuned = [next(iter(r.details["autotune"].values())) for r in report.results
              if r.impl == "triton_flat" and r.status is Status.PASSED]
@@ -261,8 +247,8 @@ def test_backward_impls_reject_a_dy_unlike_x() -> None:
 # ---- what the kernels compile to (no GPU needed) ------------------------------------------------------------
 
 
-def test_cuda_kernels_compile_for_sm90_without_a_gpu() -> None:
-    if not _can_compile():
+def test_cuda_kernels_compile_for_sm90_without_a_gpu(can_compile: bool) -> None:
+    if not can_compile:
         pytest.skip("neither NVRTC (cuda.core) nor nvcc is here")
     assert [k.name for k in OPS["gelu"].impls["cuda_double"].kernels] == ["gelu_double_kernel"]
     for name, op in OPS.items():
@@ -278,8 +264,8 @@ VECTOR_ACCESSES = {"gelu": (2, 2), "gelu_erf_backward": (2, 1)}
 
 
 @pytest.mark.parametrize(("name", "dtype"), [("gelu", "float32"), ("gelu_erf_backward", "bfloat16")])
-def test_cuda_vec_moves_16_byte_vectors_in_fp32_math(name: str, dtype: str) -> None:
-    if not _can_compile():
+def test_cuda_vec_moves_16_byte_vectors_in_fp32_math(name: str, dtype: str, can_compile: bool) -> None:
+    if not can_compile:
         pytest.skip("neither NVRTC (cuda.core) nor nvcc is here")
     (kernel,) = kk.asm("gelu", "cuda_vec", op_name=name, dtype=dtype, ir="sass").kernels
     if kernel.memory is None:

@@ -16,9 +16,7 @@ import pytest
 import torch
 
 import kernelkit as kk
-from kernelkit import backends, verify
-from kernelkit.backends.cuda import build as cuda_build
-from kernelkit.errors import BackendUnavailable
+from kernelkit import verify
 from kernelkit.ops import softmax as softmax_module
 from kernelkit.ops import softmax_triton
 from kernelkit.profiling.asm import disassemble, find_tool
@@ -147,20 +145,8 @@ def _assert_matches_reference(out: torch.Tensor, reference, *inputs: torch.Tenso
     assert comparison.ok, comparison.describe()
 
 
-@pytest.fixture
-def cpu_process(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Triton's interpreter in this process for one test; the environment is restored."""
-    monkeypatch.setenv("TRITON_INTERPRET", "1")
-    monkeypatch.setenv("NUMBA_ENABLE_CUDASIM", "1")
-    backends.prepare_process("cpu")
 
 
-def _can_compile() -> bool:
-    try:
-        cuda_build._find_compiler()
-    except BackendUnavailable:
-        return False
-    return True
 
 
 # ---- CPU: the checker -------------------------------------------------------------------------------------
@@ -321,8 +307,8 @@ def test_empty_input_gives_empty_output_without_a_launch(shape: tuple[int, ...],
             assert (y.shape, y.dtype, y.device) == (x.shape, x.dtype, x.device), name
 
 
-def test_cuda_kernels_compile_for_sm90_without_spills(cpu_process: None) -> None:
-    if not _can_compile():
+def test_cuda_kernels_compile_for_sm90_without_spills(cpu_process: None, can_compile: bool) -> None:
+    if not can_compile:
         pytest.skip("neither NVRTC (cuda.core) nor nvcc is here")
     kernels = [*FWD["cuda_warp"].kernels, *BWD["cuda_warp"].kernels]
     assert sorted(k.name for k in kernels) == sorted(CUDA_KERNELS)

@@ -14,9 +14,6 @@ import pytest
 import torch
 
 import kernelkit as kk
-from kernelkit import backends
-from kernelkit.backends.cuda import build as cuda_build
-from kernelkit.errors import BackendUnavailable
 from kernelkit.ops import square as square_module
 from kernelkit.results import Status
 from kernelkit.spec import dtype_name, seeded_normal
@@ -74,20 +71,8 @@ def _summary(report: kk.RunReport) -> list[tuple[str, str, str, str, str]]:
     return [(r.op, r.impl, "x".join(map(str, r.size)), r.dtype, r.status.value) for r in report.results]
 
 
-@pytest.fixture
-def cpu_process(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Triton's interpreter and Numba's simulator in this process for one test; the environment is restored."""
-    monkeypatch.setenv("TRITON_INTERPRET", "1")
-    monkeypatch.setenv("NUMBA_ENABLE_CUDASIM", "1")
-    backends.prepare_process("cpu")
 
 
-def _can_compile() -> bool:
-    try:
-        cuda_build._find_compiler()
-    except BackendUnavailable:
-        return False
-    return True
 
 
 # ---- CPU --------------------------------------------------------------------------------------------------
@@ -120,8 +105,8 @@ def test_non_contiguous_and_misaligned_inputs_on_cpu(cpu_process: None) -> None:
         assert r.status is _expected_on_cpu(r.impl, getattr(torch, r.dtype)), (r.case_id, r.status, r.message)
 
 
-def test_cuda_kernels_compile_for_sm90_without_a_gpu(cpu_process: None) -> None:
-    if not _can_compile():
+def test_cuda_kernels_compile_for_sm90_without_a_gpu(cpu_process: None, can_compile: bool) -> None:
+    if not can_compile:
         pytest.skip("neither NVRTC (cuda.core) nor nvcc is here")
     kernels = [*IMPLS["cuda_2d"].kernels, *IMPLS["cuda_vec4"].kernels]
     assert [k.name for k in kernels] == ["square_2d_kernel", *CUDA_VEC4_KERNELS]
