@@ -11,10 +11,10 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
+from kernelkit.cli_profile import TargetArg, fail
 from kernelkit.errors import KernelkitError
 from kernelkit.results import Status
 
-TargetArg = Annotated[str, typer.Argument(help="A built-in op name (see `kernelkit ops`) or a .py file of ops.")]
 StoreOpt = Annotated[Path | None, typer.Option("--store", help="The results database; default: in the cache dir.")]
 DeviceOpt = Annotated[str | None, typer.Option(help="cpu or cuda; default: cuda when a GPU is visible.")]
 
@@ -24,13 +24,6 @@ def register(app: typer.Typer) -> None:
     app.command("calibrate")(calibrate_command)
     app.command("runs")(runs_command)
     app.command("compare")(compare_command)
-
-
-def _fail(exc: BaseException, code: int) -> typer.Exit:
-    from kernelkit.cli import err
-
-    err.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False)
-    return typer.Exit(code)
 
 
 def bench_command(
@@ -82,7 +75,7 @@ def bench_command(
                 command=shlex.join(["kernelkit", *sys.argv[1:]]), on_result=advance,
             )
     except KernelkitError as exc:
-        raise _fail(exc, EXIT_USAGE) from None
+        raise fail(exc, EXIT_USAGE) from None
     finally:
         if opened is not None:
             opened.close()
@@ -156,7 +149,7 @@ def calibrate_command(
     try:
         ceilings = calibrate(runner.resolve_device(device), force=force)
     except KernelkitError as exc:
-        raise _fail(exc, EXIT_USAGE) from None
+        raise fail(exc, EXIT_USAGE) from None
     table = Table(title=f"ceilings of {ceilings.device_name}", title_justify="left")
     for name in ("ceiling", "value", "how"):
         table.add_column(name)
@@ -178,7 +171,7 @@ def runs_command(
             rows = db.runs(limit)
             path = db.path
     except KernelkitError as exc:
-        raise _fail(exc, EXIT_USAGE) from None
+        raise fail(exc, EXIT_USAGE) from None
     table = Table(title=f"runs in {path}", title_justify="left")
     for name in ("run", "started", "status", "results", "passed", "device", "command"):
         table.add_column(name)
@@ -202,7 +195,7 @@ def compare_command(
         with _open_store(store) as db:
             result = compare(db, _run_ref(run_a), _run_ref(run_b))
     except KernelkitError as exc:
-        raise _fail(exc, EXIT_USAGE) from None
+        raise fail(exc, EXIT_USAGE) from None
     table = Table(title=f"run {result.run_a.id} -> run {result.run_b.id} (A/B > 1: B is faster)",
                   title_justify="left")
     for name in ("case", "mode", "A median", "B median", "A/B", "95% CI", "verdict", "note"):

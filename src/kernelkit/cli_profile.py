@@ -23,7 +23,8 @@ def register(app: typer.Typer) -> None:
     app.command("asm")(asm_command)
 
 
-def _fail(exc: BaseException, code: int) -> typer.Exit:
+def fail(exc: BaseException, code: int) -> typer.Exit:
+    """Print ``exc`` as an error line (no traceback) and return the Exit to raise with ``code``."""
     from kernelkit.cli import err
 
     err.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False)
@@ -56,9 +57,9 @@ def profile_command(
         result = profile(target, impl, size=size, dtype=dtype, device=device, steps=steps, out_dir=out_dir,
                          tensorboard=tensorboard)
     except KernelkitError as exc:
-        raise _fail(exc, 1 if isinstance(exc, CompileError) else 2) from None
+        raise fail(exc, 1 if isinstance(exc, CompileError) else 2) from None
     except Exception as exc:  # noqa: BLE001 - most likely the impl's own error, reported with the user's line
-        raise _fail(RuntimeError(describe_exception(exc)), 1) from None
+        raise fail(RuntimeError(describe_exception(exc)), 1) from None
     print_profile(out, result)
 
 
@@ -93,7 +94,7 @@ def ncu_command(
                          metrics=[m.strip() for m in (metrics or "").split(",") if m.strip()],
                          timeout=timeout, export=export)
     except KernelkitError as exc:
-        raise _fail(exc, 1 if isinstance(exc, NcuError) else 2) from None
+        raise fail(exc, 1 if isinstance(exc, NcuError) else 2) from None
     if as_json:
         print(json.dumps(report.to_dict(), indent=2))
         return
@@ -130,9 +131,9 @@ def asm_command(
                          op_name=op_name)
         paths = report.save(out_dir or DEFAULT_OUT_DIR)
     except CompileError as exc:
-        raise _fail(exc, 1) from None
+        raise fail(exc, 1) from None
     except KernelkitError as exc:
-        raise _fail(exc, 2) from None
+        raise fail(exc, 2) from None
     print_summary(report, out)
     if ir:
         print(report.listing(), flush=True)
