@@ -13,7 +13,6 @@ Every result goes to the results store as soon as it exists, so an interrupted s
 from __future__ import annotations
 
 import tempfile
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -154,13 +153,7 @@ def _prepare(
     def call() -> None:
         last[0] = fn(*mine)
 
-    if device == "cuda":
-        torch.cuda.synchronize()
-    start = time.perf_counter()
-    call()
-    if device == "cuda":
-        torch.cuda.synchronize()
-    first = time.perf_counter() - start
+    first = timer.first_call(call, device)
     return Contender(impl.name, call, nbytes, flops, working, first_call=first), last
 
 

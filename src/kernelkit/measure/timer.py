@@ -241,7 +241,7 @@ class _Environment:
 def _start(contender: Contender, settings: Settings, env: _Environment) -> _State:
     """First call timed alone, then warm-up; returns the contender's state ready for sampling."""
     plain = env.warmup_sampler(contender.fn)
-    first = contender.first_call if contender.first_call is not None else _first_call(contender.fn, env.device)
+    first = contender.first_call if contender.first_call is not None else first_call(contender.fn, env.device)
     warm: list[float] = []
     began = time.perf_counter()
     while len(warm) < WARMUP_MAX_CALLS and time.perf_counter() - began < WARMUP_MAX_SECONDS:
@@ -252,7 +252,8 @@ def _start(contender: Contender, settings: Settings, env: _Environment) -> _Stat
     return _State(contender, env.sampler(contender.fn, estimate), first, len(warm), estimate)
 
 
-def _first_call(fn: Callable[[], Any], device: str) -> float:
+def first_call(fn: Callable[[], Any], device: str) -> float:
+    """Seconds of one call made alone, synchronized on both sides: a first call's compile, autotune and load."""
     if device == "cuda":
         torch.cuda.synchronize()
     start = time.perf_counter()
