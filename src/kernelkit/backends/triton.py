@@ -180,7 +180,10 @@ def _autotuners(kernels: Sequence[Any]) -> list[tuple[str, Any]]:
 
 
 def _built(item: Any) -> Any:
-    """The kernel itself, or what a functools.cache builder returned (None if it has not run yet)."""
+    """The kernel itself, what a functools.cache builder returned, or what a lazy kernel handle
+    (backends.lazy.LazyKernel) points at; None when nothing is built yet."""
+    if callable(getattr(item, "built", None)):
+        return item.built()
     cache_info = getattr(item, "cache_info", None)
     if cache_info is None or not callable(item):
         return item
