@@ -9,4 +9,7 @@ BUILTIN_OPS: dict[str, str] = {
     "softmax": "kernelkit.ops.softmax",
     "softmax_backward": "kernelkit.ops.softmax",
     "bias_gelu": "kernelkit.ops.bias_gelu",
+    "sparsify24": "kernelkit.ops.sparse24",
+    "sparsify24_transposable": "kernelkit.ops.sparse24",
+    "linear24": "kernelkit.ops.sparse24",
 }
