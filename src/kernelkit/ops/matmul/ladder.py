@@ -1,0 +1,73 @@
+"""The CUDA fp32 ladder's launch data: each rung's kernels (cuda.cu), block shape and tile, and one launcher.
+
+Nothing is compiled here: ``cuda_kernel`` only reads the source; the first launch (or a compile-only check)
+builds it with NVRTC.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from kernelkit.backends.cuda import CudaKernel, cuda_kernel
+
+VECTOR_BYTES = 16  # a float4
+
+
+@dataclass(frozen=True)
+class Rung:
+    """One rung: ``kernel`` for rows it can access 16 bytes at a time (or every row, when ``unaligned`` is None),
+    ``unaligned`` for the others. A block of ``block`` threads computes a tile_m x tile_n tile of C."""
+
+    name: str
+    kernel: CudaKernel
+    block: tuple[int, ...]
+    tile_m: int
+    tile_n: int
+    unaligned: CudaKernel | None = None
+    rows_on_x: bool = False  # blockIdx.x walks M (the naive kernel), else N
+
+    @property
+    def kernels(self) -> list[CudaKernel]:
+        return [self.kernel] + ([self.unaligned] if self.unaligned is not None else [])
+
+    def grid(self, m: int, n: int) -> tuple[int, int]:
+        """Blocks along x and y: x carries up to 2**31 - 1 blocks, y only 65535."""
+        tiles_m, tiles_n = -(-m // self.tile_m), -(-n // self.tile_n)
+        return (tiles_m, tiles_n) if self.rows_on_x else (tiles_n, tiles_m)
+
+
+def _kernel(name: str) -> CudaKernel:
+    return cuda_kernel("cuda.cu", f"matmul_{name}_kernel")
+
+
+NAIVE = Rung("naive", _kernel("naive"), (32, 32), 32, 32, rows_on_x=True)
+COALESCED = Rung("coalesced", _kernel("coalesced"), (32, 32), 32, 32)
+SMEM = Rung("smem", _kernel("smem"), (32, 32), 32, 32)
+TILE1D = Rung("tile1d", _kernel("tile1d"), (512,), 64, 64)
+TILE2D = Rung("tile2d", _kernel("tile2d"), (256,), 128, 128)
+VEC4 = Rung("vec4", _kernel("vec4"), (256,), 128, 128, unaligned=_kernel("vec4_unaligned"))
+WARPTILE = Rung("warptile", _kernel("warptile"), (256,), 128, 128, unaligned=_kernel("warptile_unaligned"))
+RUNGS = (NAIVE, COALESCED, SMEM, TILE1D, TILE2D, VEC4, WARPTILE)
+
+
+def vector_aligned(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor) -> bool:
+    """Whether every row of A (M, K), B (K, N) and C (M, N) starts on a 16-byte boundary: K and N multiples of 4
+    floats and the three base pointers aligned (a view into a larger buffer may not be)."""
+    k, n = a.shape[1], b.shape[1]
+    return k % 4 == 0 and n % 4 == 0 and all(t.data_ptr() % VECTOR_BYTES == 0 for t in (a, b, c))
+
+
+def launch(rung: Rung, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """C = A @ B for fp32 A (M, K) and B (K, N) (copied to contiguous rows first if they are not) by ``rung``."""
+    a, b = a.contiguous(), b.contiguous()
+    (m, k), n = a.shape, b.shape[1]
+    c = torch.empty((m, n), dtype=torch.float32, device=a.device)
+    if c.numel() == 0:
+        return c  # nothing to compute; a launch of no blocks is an error
+    kernel = rung.kernel
+    if rung.unaligned is not None and not vector_aligned(a, b, c):
+        kernel = rung.unaligned
+    kernel.launch(rung.grid(m, n), rung.block, a, b, c, m, n, k)
+    return c
