@@ -16,4 +16,13 @@ BUILTIN_OPS: dict[str, str] = {
     "sparsify24": "kernelkit.ops.sparse24",
     "sparsify24_transposable": "kernelkit.ops.sparse24",
     "linear24": "kernelkit.ops.sparse24",
+    "attention": "kernelkit.ops.attention",
+    "attention_causal": "kernelkit.ops.attention",
+    "attention_gqa": "kernelkit.ops.attention",
+    "attention_with_lse": "kernelkit.ops.attention",
+    "attention_causal_with_lse": "kernelkit.ops.attention",
+    "attention_gqa_with_lse": "kernelkit.ops.attention",
+    "attention_backward": "kernelkit.ops.attention",
+    "attention_causal_backward": "kernelkit.ops.attention",
+    "attention_gqa_backward": "kernelkit.ops.attention",
 }
