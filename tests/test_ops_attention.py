@@ -324,6 +324,22 @@ def _gradients(loss_of, *leaves):
     return [t.grad for t in leaves]
 
 
+@pytest.mark.parametrize("name, size", [("attention_causal_with_lse", (1, 2, 33, 16)),
+                                        ("attention_gqa_with_lse", (1, 4, 2, 33, 16))])
+def test_torch_op_takes_dq_dk_dv_from_the_paired_backward_impl(name: str, size, cpu_process: None) -> None:
+    """kk.torch_op of a training forward: its gradient comes from the backward op's impl of the same name, which
+    returns three gradients (q, k, v) from the saved o and lse; they match autograd of the reference in float64."""
+    op = getattr(attention_module, name)
+    q, k, v = (t.requires_grad_() for t in op.make_inputs(size, torch.float32, torch.device("cpu"), 0))
+    o, _lse = kk.torch_op(op, "triton_flash")(q, k, v)
+    grad = torch.randn_like(o)
+    got = torch.autograd.grad(o, (q, k, v), grad)
+    q64, k64, v64 = (t.detach().double().requires_grad_() for t in (q, k, v))
+    expected = torch.autograd.grad(op.reference(q64, k64, v64)[0], (q64, k64, v64), grad.double())
+    for g, e in zip(got, expected, strict=True):
+        torch.testing.assert_close(g.double(), e, atol=1e-5, rtol=1e-4)
+
+
 def test_flash_attention_is_differentiable_and_compiles_fullgraph(cpu_process: None) -> None:
     heads, kv_heads, e = 4, 2, 128
     x = seeded_normal((1, 45, e), torch.float32, CPU, 6)

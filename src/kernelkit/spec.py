@@ -107,8 +107,9 @@ class Impl:
 
 @dataclass(frozen=True)
 class Backward:
-    """How an op's gradient is computed by another op: ``op`` (e.g. gelu_backward) takes ``saved(*inputs, output)``
-    followed by the output's gradient, and returns the gradient of the first input."""
+    """How an op's gradient is computed by another op: ``op`` (e.g. gelu_backward) takes ``saved(*inputs,
+    *outputs)`` followed by the first output's gradient, and returns the gradient of the first input, or a tuple of
+    the gradients of the first inputs (attention: dq, dk, dv)."""
 
     op: Op
     saved: Callable[..., tuple[Any, ...]]
@@ -134,7 +135,7 @@ class Op:
 
     def set_backward(self, op: Op, saved: Callable[..., tuple[Any, ...]]) -> None:
         """Declare ``op`` as this op's backward: ``kk.torch_op(self, impl)`` then runs ``op``'s impl of the same
-        name for the gradient (else the reference's autograd). saved(*inputs, output) -> its leading arguments."""
+        name for the gradient (else the reference's autograd). saved(*inputs, *outputs) -> its leading arguments."""
         self.backward = Backward(op, saved)
 
     @functools.cached_property

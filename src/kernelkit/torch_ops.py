@@ -289,19 +289,24 @@ def _reference_gradient(op: Op, signature: _Signature) -> tuple[Callable[..., An
 
 
 def _kernel_gradient(spec: Backward, operator: Any) -> tuple[Callable[..., Any], Callable[..., Any]]:
-    """(backward, setup_context) running the backward op's impl as an operator: the first input's gradient is
-    ``operator(*spec.saved(*inputs, output), grad_output)``; other inputs get none."""
+    """(backward, setup_context) running the backward op's impl as an operator on ``spec.saved(*inputs,
+    *outputs)`` and the first output's gradient. It returns the first input's gradient, or a tuple: the gradients
+    of the first len(tuple) inputs (attention: dq, dk, dv); the other inputs get none. Outputs after the first
+    are statistics saved for the backward (attention's lse): no gradient flows from them."""
 
     def setup_context(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
-        tensors = [v for v in (*inputs, output) if isinstance(v, torch.Tensor)]
-        ctx.save_for_backward(*tensors)
-        ctx.layout = [_SAVED if isinstance(v, torch.Tensor) else v for v in (*inputs, output)]
+        outputs = tuple(output) if isinstance(output, (tuple, list)) else (output,)
+        values = (*inputs, *outputs)
+        ctx.save_for_backward(*[v for v in values if isinstance(v, torch.Tensor)])
+        ctx.layout = [_SAVED if isinstance(v, torch.Tensor) else v for v in values]
+        ctx.n_inputs = len(inputs)
 
-    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
+    def backward(ctx: Any, grad: torch.Tensor, *_statistics_grads: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
         saved = iter(ctx.saved_tensors)
         values = [next(saved) if v is _SAVED else v for v in ctx.layout]
-        first = operator(*spec.saved(*values), grad.contiguous())
-        return (first, *([None] * (len(values) - 2)))
+        grads = operator(*spec.saved(*values), grad.contiguous())
+        grads = tuple(grads) if isinstance(grads, (tuple, list)) else (grads,)
+        return (*grads, *([None] * (ctx.n_inputs - len(grads))))
 
     return backward, setup_context
 

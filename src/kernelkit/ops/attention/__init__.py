@@ -369,6 +369,9 @@ for _forward, _with_lse, _backward, _causal in (
     _register_forward(_forward, _causal)
     _register_with_lse(_with_lse, _causal)
     _register_backward(_backward, _causal)
+    # As PyTorch operators (kk.torch_op), the training forward's impls take dq, dk, dv from the backward op's impl
+    # of the same name, which reads q, k, v, o and the saved lse.
+    _with_lse.set_backward(_backward, saved=lambda q, k, v, o, lse: (q, k, v, o, lse))
 del _forward, _with_lse, _backward, _causal
 
 
