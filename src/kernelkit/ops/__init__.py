@@ -25,4 +25,7 @@ BUILTIN_OPS: dict[str, str] = {
     "attention_backward": "kernelkit.ops.attention",
     "attention_causal_backward": "kernelkit.ops.attention",
     "attention_gqa_backward": "kernelkit.ops.attention",
+    "linear_w4": "kernelkit.ops.lowbit",
+    "linear_w8": "kernelkit.ops.lowbit",
+    "linear_w2": "kernelkit.ops.lowbit",
 }
