@@ -1,0 +1,258 @@
+"""Each format's own verdict, reproduced, and side by side with kernelkit's.
+
+kernelbench_verdict follows KernelBench's eval_kernel_against_ref and run_and_check_correctness (commit 423217d):
+init inputs and both models from seed 42, five trials whose seeds are drawn from seed 42, every input tensor
+(integers too) cast to the precision and moved to the device, ``torch.allclose(atol=rtol=tolerance)`` per trial.
+gpumode_verdict follows eval.py's test mode: set_seed(42); per test spec ``data = generate_input(**spec)``,
+``output = custom_kernel(clone(data))``, ``check_implementation(data, output)``. Where eval.py would abort the
+whole run on an exception, the test here fails with the exception's message and the others still run.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy
+import torch
+
+from kernelkit.check import describe_exception
+from kernelkit.errors import LoadError
+from kernelkit.formats import gpumode, kernelbench
+from kernelkit.results import Status
+
+
+@dataclass(frozen=True)
+class KernelBenchVerdict:
+    """KernelBench's verdict: ``compiled`` (the solution imported and ModelNew was built), ``correct``."""
+
+    compiled: bool
+    correct: bool
+    trials_passed: int = 0
+    trials: int = kernelbench.KERNELBENCH_TRIALS
+    tolerance: float = 0.0
+    message: str = ""
+    max_difference: tuple[float, ...] = ()
+
+    @property
+    def ok(self) -> bool:
+        return self.correct
+
+    def describe(self) -> str:
+        if not self.compiled:
+            return f"KernelBench: not compiled ({self.message})"
+        verdict = "correct" if self.correct else "incorrect"
+        why = f"; {self.message}" if self.message and not self.correct else ""
+        return f"KernelBench: {verdict} ({self.trials_passed}/{self.trials} trials, atol=rtol={self.tolerance:g}{why})"
+
+
+def kernelbench_verdict(
+    problem: kernelbench.Problem | str | Path,
+    solution: type | str | Path,
+    *,
+    device: str = "cuda",
+    precision: torch.dtype = torch.float32,
+    trials: int = kernelbench.KERNELBENCH_TRIALS,
+    seed: int = kernelbench.KERNELBENCH_SEED,
+    tolerance: float | None = None,
+) -> KernelBenchVerdict:
+    """KernelBench's correctness verdict of ``solution`` (a ModelNew class or a solution file) on ``problem``."""
+    if not isinstance(problem, kernelbench.Problem):
+        problem = kernelbench.load_problem(problem)
+    tol = tolerance if tolerance is not None else kernelbench.KERNELBENCH_TOLERANCE[precision]
+    try:
+        model_new = solution if isinstance(solution, type) else kernelbench.load_solution(solution)
+    except LoadError as exc:
+        return KernelBenchVerdict(False, False, trials=trials, tolerance=tol, message=str(exc))
+    dev = torch.device(device)
+
+    def process(x: Any) -> Any:  # eval.py's _process_input_tensor: every tensor to the precision, then the device
+        return x.to(dtype=precision).to(device=dev) if isinstance(x, torch.Tensor) else x
+
+    with _rng_restored(dev):
+        torch.manual_seed(seed)
+        init = [process(x) for x in problem.get_init_inputs()]
+        with torch.no_grad():
+            torch.manual_seed(seed)
+            original = problem.model(*init)
+        try:
+            with torch.no_grad():
+                torch.manual_seed(seed)
+                custom = model_new(*init)
+                original, custom = original.to(device=dev, dtype=precision), custom.to(device=dev, dtype=precision)
+        except RuntimeError as exc:
+            return KernelBenchVerdict(True, False, trials=trials, tolerance=tol,
+                                      message=f"runtime error building ModelNew: {describe_exception(exc)}")
+        try:
+            return _trials(problem, original, custom, process, dev, trials, seed, tol)
+        except Exception as exc:  # noqa: BLE001 - KernelBench records any failure here as a runtime error
+            return KernelBenchVerdict(True, False, trials=trials, tolerance=tol,
+                                      message=f"runtime error: {describe_exception(exc)}")
+
+
+def _trials(problem: kernelbench.Problem, original: Any, custom: Any, process: Any, dev: torch.device,
+            trials: int, seed: int, tol: float) -> KernelBenchVerdict:
+    torch.manual_seed(seed)
+    trial_seeds = [int(torch.randint(0, 2**32 - 1, (1,)).item()) for _ in range(trials)]
+    passed, diffs, message = 0, [], ""
+    with torch.no_grad():
+        for trial_seed in trial_seeds:
+            torch.manual_seed(trial_seed)
+            inputs = [process(x) for x in problem.get_inputs()]
+            torch.manual_seed(trial_seed)
+            output = original(*inputs)
+            _sync(dev)
+            output_new = custom(*inputs)
+            _sync(dev)
+            if output.shape != output_new.shape:
+                return KernelBenchVerdict(True, False, passed, trials, tol, message=(
+                    f"output shape mismatch: expected {tuple(output.shape)}, got {tuple(output_new.shape)}"))
+            if torch.allclose(output, output_new, atol=tol, rtol=tol):
+                passed += 1
+            else:
+                diffs.append(float((output - output_new).abs().max()))
+                message = f"output mismatch in {len(diffs)} of {trials} trials, max difference {max(diffs):.6g}"
+    return KernelBenchVerdict(True, passed == trials, passed, trials, tol, message, tuple(diffs))
+
+
+@dataclass(frozen=True)
+class GpuModeTest:
+    spec: dict[str, Any]
+    passed: bool
+    message: str = ""
+
+
+@dataclass(frozen=True)
+class GpuModeVerdict:
+    """GPU MODE's test verdict: every test spec passed check_implementation."""
+
+    passed: bool
+    tests: tuple[GpuModeTest, ...] = ()
+    message: str = ""  # why no test ran
+
+    @property
+    def ok(self) -> bool:
+        return self.passed
+
+    def describe(self) -> str:
+        if not self.tests:
+            return f"GPU MODE: fail ({self.message})"
+        failed = [t for t in self.tests if not t.passed]
+        if not failed:
+            return f"GPU MODE: pass ({len(self.tests)} tests)"
+        first = failed[0]
+        return f"GPU MODE: fail ({len(failed)} of {len(self.tests)} tests; {first.spec}: {first.message})"
+
+
+def gpumode_verdict(
+    task: gpumode.Task, specs: Sequence[dict[str, Any]] | None = None, *, secret_seed: int | None = None
+) -> GpuModeVerdict:
+    """check_implementation's verdict on the task's submission for each spec (default: the task's tests).
+
+    secret_seed: eval.py's POPCORN_SEED: combined into every spec's seed, and the global seed instead of 42.
+    """
+    if task.submission is None or task.submission_error:
+        return GpuModeVerdict(False, message=task.submission_error or "no submission")
+    ref, kernel = task.reference, task.submission.custom_kernel
+    results = []
+    with _rng_restored(torch.device("cuda" if torch.cuda.is_available() else "cpu"), python=True):
+        seed = secret_seed or 42
+        random.seed(seed)
+        numpy.random.seed(seed)
+        torch.manual_seed(seed)
+        for spec in specs if specs is not None else task.tests:
+            args = dict(spec)
+            if secret_seed is not None and "seed" in args:
+                args["seed"] = gpumode.combine_seed(args["seed"], secret_seed)
+            try:
+                data = ref.generate_input(**args)
+                output = kernel(gpumode.clone_data(data))
+                _sync_data(data)
+                good, message = ref.check_implementation(data, output)
+            except Exception as exc:  # noqa: BLE001 - the test fails with the exception's message
+                good, message = False, describe_exception(exc)
+            results.append(GpuModeTest(dict(spec), bool(good), str(message)))
+    return GpuModeVerdict(all(t.passed for t in results), tuple(results))
+
+
+@contextmanager
+def _rng_restored(device: torch.device, python: bool = False) -> Iterator[None]:
+    """The generators the block seeds (torch's, and with ``python`` random's and numpy's) are put back after it."""
+    state = (random.getstate(), numpy.random.get_state()) if python else None
+    with torch.random.fork_rng(devices=kernelbench.cuda_indices(device)):
+        try:
+            yield
+        finally:
+            if state is not None:
+                random.setstate(state[0])
+                numpy.random.set_state(state[1])
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _sync_data(data: Any) -> None:
+    tensors = data if isinstance(data, (tuple, list)) else [data]
+    if any(isinstance(t, torch.Tensor) and t.is_cuda for t in tensors):
+        torch.cuda.synchronize()
+
+
+# Side by side ----------------------------------------------------------------------------------------------------
+
+# Why kernelkit fails a case that the format's own check passes, by kernelkit's status.
+_STRICTER: dict[Status, str] = {
+    Status.WEAK: "a trivial output passes these inputs",
+    Status.INPUT_MUTATED: "the impl writes into its inputs, which {fmt} does not look at",
+    Status.INCORRECT_NUMERICS: "kernelkit compares with a float64 reference, its tolerance rule, and a second input",
+    Status.INCORRECT_SHAPE: "kernelkit also checks the number, kind and shape of the outputs",
+    Status.INCORRECT_DTYPE: "kernelkit also checks the outputs' dtype and device",
+}
+
+
+class Judged(Protocol):
+    """kernelkit's result for a case: a CaseResult, or a BenchResult from a sweep's correctness gate."""
+
+    status: Status
+    message: str
+
+
+@dataclass(frozen=True)
+class SideBySide:
+    """The format's verdict and kernelkit's on one case, and why they differ."""
+
+    format: str
+    format_ok: bool
+    format_says: str
+    status: Status
+    kernelkit_says: str
+    agree: bool
+    why: str = ""
+
+    def line(self) -> str:
+        left = f"{self.format}: {'correct' if self.format_ok else 'incorrect'}"
+        tail = f" — {self.why}" if self.why else ""
+        return f"{left}; kernelkit: {self.status.value}{tail}"
+
+
+def side_by_side(verdict: KernelBenchVerdict | GpuModeVerdict, result: Judged) -> SideBySide:
+    """Put a format's verdict beside kernelkit's result for the same impl; ``why`` explains a disagreement."""
+    fmt = "KernelBench" if isinstance(verdict, KernelBenchVerdict) else "GPU MODE"
+    status, says = result.status, result.message
+    if status is Status.SKIPPED:
+        return SideBySide(fmt, verdict.ok, verdict.describe(), status, says, agree=True, why=f"not run here: {says}")
+    kk_ok = status is Status.PASSED
+    if verdict.ok == kk_ok:
+        why = "" if kk_ok else f"{fmt}: {verdict.message or verdict.describe()}; kernelkit: {says}"
+        return SideBySide(fmt, verdict.ok, verdict.describe(), status, says, agree=True, why=why)
+    if verdict.ok:
+        reason = _STRICTER.get(status, "kernelkit's check failed").format(fmt=fmt)
+        return SideBySide(fmt, True, verdict.describe(), status, says, agree=False, why=f"{reason}: {says}")
+    why = f"{fmt} says {verdict.message or verdict.describe()}; kernelkit's checks all pass"
+    return SideBySide(fmt, False, verdict.describe(), status, says, agree=False, why=why)
+
