@@ -112,6 +112,29 @@ class ClockReader:
                 continue
         return []
 
+    def persistence_mode(self) -> bool | None:
+        """Whether the driver keeps the GPU initialised with no process using it (None when unreadable)."""
+        try:
+            return int(self._nvml.nvmlDeviceGetPersistenceMode(self._handle)) == 1  # NVML_FEATURE_ENABLED
+        except (self._nvml.NVMLError, AttributeError):
+            return None
+
+    def temperature_c(self) -> float:
+        """The GPU core temperature in degrees C (NaN when it cannot be read)."""
+        return self._read(self._nvml.nvmlDeviceGetTemperature, 0)  # NVML_TEMPERATURE_GPU
+
+    def power_w(self) -> tuple[float, float]:
+        """(power draw, enforced power limit) in watts; NaN for what cannot be read."""
+        return self._milli("nvmlDeviceGetPowerUsage"), self._milli("nvmlDeviceGetEnforcedPowerLimit")
+
+    def _milli(self, query: str) -> float:
+        if not self._open:
+            return math.nan
+        try:
+            return float(getattr(self._nvml, query)(self._handle)) / 1000
+        except (self._nvml.NVMLError, AttributeError):
+            return math.nan
+
     def driver_version(self) -> str | None:
         """The NVIDIA driver version ('580.95.05'), or None when it cannot be read."""
         try:

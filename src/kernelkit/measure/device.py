@@ -227,6 +227,10 @@ def _measure_gpu(dev: torch.device, bench: Bench, budget: float) -> tuple[float,
 
 def _measure_cpu(dev: torch.device, bench: Bench, budget: float) -> tuple[float, dict[str, float], dict[str, Any]]:
     copy_gbps, copy_note = _copy_rate(dev, CPU_COPY_BYTES, bench, budget)
+    llc = l2_bytes(dev)
+    if CPU_COPY_BYTES < 8 * llc:  # a server's L3 can be hundreds of MiB: say so rather than copy gigabytes
+        copy_note["shortage"] = (f"buffers of {CPU_COPY_BYTES >> 20} MiB are {CPU_COPY_BYTES / llc:.1f}x the "
+                                 f"{llc >> 20} MiB last-level cache, so the copy rate may include cache hits")
     fp32, fp32_note = _matmul_rate("fp32", dev, CPU_MATMUL_N, bench, budget)
     copy_note["threads"] = fp32_note["threads"] = torch.get_num_threads()
     notes: dict[str, Any] = {"copy": copy_note, "fp32": fp32_note}

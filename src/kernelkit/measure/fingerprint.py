@@ -137,11 +137,19 @@ def l2_bytes(device: torch.device | str) -> int:
     device = torch.device(device)
     if device.type == "cuda":
         return int(torch.cuda.get_device_properties(device).L2_cache_size)
-    sizes = []
-    for entry in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*/size"):
-        with contextlib.suppress(OSError, ValueError):
-            sizes.append(_parse_size(entry.read_text()))
+    sizes = [size for _, _, size in cpu_caches()]
     return max(sizes, default=CPU_CACHE_DEFAULT) or CPU_CACHE_DEFAULT
+
+
+def cpu_caches() -> list[tuple[int, str, int]]:
+    """(level, type, bytes) of each cache cpu0 reports under /sys ('Data', 'Instruction', 'Unified'); [] where
+    there is no such folder. Sizes are per instance: a shared L3 is reported whole."""
+    caches = []
+    for folder in sorted(Path("/sys/devices/system/cpu/cpu0/cache").glob("index*")):
+        with contextlib.suppress(OSError, ValueError):
+            caches.append((int((folder / "level").read_text()), (folder / "type").read_text().strip(),
+                           _parse_size((folder / "size").read_text())))
+    return caches
 
 
 def _parse_size(text: str) -> int:
