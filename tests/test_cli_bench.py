@@ -83,3 +83,16 @@ def test_calibrate_on_the_cpu_prints_its_ceilings(fresh_cache):
     result = CliRunner().invoke(app, ["calibrate", "--device", "cpu"])
     assert result.exit_code == 0, result.output
     assert "copy bandwidth" in result.output and "GB/s" in result.output and "CPU" in result.output
+
+
+def test_worker_warnings_are_printed_once_with_the_cases_they_came_from():
+    from kernelkit.cli_bench import _warnings
+    from kernelkit.measure.measurement import BenchResult
+    from kernelkit.results import Status
+
+    notice = "calibration failed, results carry no % of ceiling: RuntimeError: no GPU memory"
+    results = [BenchResult("double", name, "eager", (64, 64), "float32", "cpu", "cold", Status.PASSED,
+                           warnings=[notice]) for name in ("eager_add", "eager")]
+    lines = _warnings(results)
+    assert len(lines) == 1
+    assert "double/eager_add/64x64/float32 and 1 more" in lines[0] and "calibration failed" in lines[0]

@@ -12,7 +12,7 @@ import time
 import pytest
 import torch
 
-from kernelkit.measure import samplers, timer
+from kernelkit.measure import timer
 from kernelkit.measure.samplers import MeasureError
 from kernelkit.measure.timer import Contender, MeasureFailure, Settings
 
@@ -27,7 +27,7 @@ class FakeSampler:
     def one(self):
         return self.draw()
 
-    def batch(self, k):
+    def batch(self, k, deadline=None):
         self.log.append((self.label, k))
         return [(self.draw(), next(self.clocks) if self.clocks else None) for _ in range(k)]
 
@@ -38,14 +38,22 @@ class FakeEnv:
         self.device, self.mode, self.device_name = device, mode, "Fake GPU"
         self.cache_bytes, self.clock, self.max_clock = cache_bytes, None, max_clock
         self.kernel_seconds = None
+        self.probed: list[int] = []
 
-    def sampler(self, fn, estimate):
-        return self.by_label[fn.__name__]
+    def sampler(self, contender, estimate):
+        return self.by_label[contender.fn.__name__]
 
     def warmup_sampler(self, fn):
         return self.by_label[fn.__name__]
 
-    def kernel_times(self, fns):
+    def eviction_seconds(self):
+        return 0.0
+
+    def notes(self):
+        return []
+
+    def kernel_times(self, fns, calls):
+        self.probed.extend(calls)
         return [self.kernel_seconds] * len(fns)
 
     def close(self):
@@ -61,7 +69,7 @@ def _contender(label, **kw):
 
 
 def _run(monkeypatch, env, contenders, **settings):
-    monkeypatch.setattr(timer._Environment, "open", classmethod(lambda cls, device, mode: env))
+    monkeypatch.setattr(timer.Environment, "open", classmethod(lambda cls, device, mode, graph_warm=False: env))
     return timer.bench_many(contenders, Settings(mode=env.mode, **settings), env.device)
 
 
@@ -161,13 +169,15 @@ def test_warm_up_runs_until_calls_settle(monkeypatch):
     assert m.median == pytest.approx(1e-3)
 
 
-def test_graph_mode_warns_when_the_inputs_fit_in_l2(monkeypatch):
+def test_warm_graph_mode_warns_when_the_inputs_fit_in_l2(monkeypatch):
     env = FakeEnv({"a": FakeSampler("a", _gauss(2e-6, 0.001), [], calls_per_sample=200)}, mode="graph")
-    (m,) = _run(monkeypatch, env, [_contender("a", working_set=32 * 1024)])
+    (m,) = _run(monkeypatch, env, [_contender("a", working_set=32 * 1024)], graph_warm=True)
     assert m.calls_per_sample == 200
     assert any("fit in L2" in w for w in m.warnings)
+    (m,) = _run(monkeypatch, env, [_contender("a", working_set=32 * 1024)])  # cold (rotating copies): no warning
+    assert not any("fit in L2" in w for w in m.warnings)
     env = FakeEnv({"b": FakeSampler("b", _gauss(2e-4, 0.001), [], calls_per_sample=5)}, mode="graph")
-    (m,) = _run(monkeypatch, env, [_contender("b", working_set=2**30)])
+    (m,) = _run(monkeypatch, env, [_contender("b", working_set=2**30)], graph_warm=True)
     assert not any("fit in L2" in w for w in m.warnings)
 
 
@@ -177,12 +187,6 @@ def test_event_modes_warn_when_launch_bound(monkeypatch):
     (m,) = _run(monkeypatch, env, [_contender("a")])
     assert m.kernel_seconds == 2e-6
     assert any("launch-bound" in w for w in m.warnings)
-
-
-def test_graph_unrolls_enough_calls_for_a_millisecond():
-    assert samplers.graph_calls(2e-6) == samplers.GRAPH_MAX_CALLS
-    assert samplers.graph_calls(1e-4) == 10
-    assert samplers.graph_calls(5e-3) == 1
 
 
 def test_batches_hold_about_twenty_milliseconds_of_work():
@@ -197,15 +201,6 @@ def test_launch_bound_warning_needs_both_ratio_and_gap():
     assert timer.launch_bound_warning(10e-6, 8e-6) == ""  # under 1.5x
     assert timer.launch_bound_warning(4e-6, 2e-6) == ""  # 2x, but only 2 us apart
     assert timer.launch_bound_warning(4e-6, None) == ""
-
-
-def test_kernel_time_is_grouped_per_call_and_overlap_counts_once():
-    ranges = [(0, 90), (100, 195), (200, 300)]
-    spans = [(10, 30), (20, 40), (50, 60),  # call 0: union of [10,40) and [50,60) = 40 ns
-             (92, 99),                      # between ranges (the eviction): nobody's
-             (150, 190),                    # call 1: 40 ns
-             ]                              # call 2: no device work
-    assert samplers.group_by_call(ranges, spans) == [40e-9, 40e-9, 0.0]
 
 
 def test_cpu_bench_runs_for_real_and_says_cpu():

@@ -22,8 +22,8 @@ pytestmark = pytest.mark.slow
 @pytest.fixture(scope="module")
 def report(tmp_path_factory):
     store = Store.open(tmp_path_factory.mktemp("store") / "results.sqlite")
-    got = sweep.bench_op(OPS, impls=["eager_add", "eager_wrong", "eager_flaky", "eager", "compile"], device="cpu",
-                         mode="hot", budget=0.3, store=store, command="kernelkit bench bench_ops.py")
+    got = sweep.bench_op(OPS, impls=["eager_add", "eager_wrong", "eager_flaky", "eager_warns", "eager", "compile"],
+                         device="cpu", mode="hot", budget=0.3, store=store, command="kernelkit bench bench_ops.py")
     yield got, store
     store.close()
 
@@ -36,7 +36,7 @@ def test_every_impl_and_baseline_gets_a_result_per_size(report):
     got, _ = report
     sizes = {r.size for r in got.results}
     assert sizes == {(64, 64), (128, 128)}
-    assert set(_by_impl(got)) == {"eager_add", "eager_wrong", "eager_flaky", "eager", "compile"}
+    assert set(_by_impl(got)) == {"eager_add", "eager_wrong", "eager_flaky", "eager_warns", "eager", "compile"}
 
 
 def test_the_gate_keeps_wrong_impls_from_being_timed(report):
@@ -69,6 +69,51 @@ def test_results_carry_the_ceiling_percentages(report):
     m = _by_impl(report[0])["eager_add"].measurement
     assert m.ceiling is not None and m.ceiling.bandwidth_gbps > 0
     assert m.ceiling.pct_bandwidth == pytest.approx(m.gbps / m.ceiling.bandwidth_gbps * 100)
+
+
+def test_warnings_raised_in_the_worker_come_back_in_the_results(report):
+    got, store = report
+    timed = _by_impl(got)
+    warned = [w for w in timed["eager_warns"].warnings if "eager_warns: this impl is deprecated" in w]
+    assert warned and warned[0].startswith("DeprecationWarning")
+    assert warned[0] in timed["eager_add"].warnings  # one worker timed the group: its warnings are the group's
+    (run,) = store.runs()
+    stored = {r.case_id: r for r in store.results(run.id)}
+    assert warned[0] in stored["double/eager_warns/64x64/float32"].warnings
+
+
+def test_a_failed_calibration_is_a_warning_in_every_result_not_a_lost_print(monkeypatch):
+    from kernelkit import loader
+    from kernelkit.measure import device as device_info
+    from kernelkit.measure.timer import Settings
+
+    def broken(device):
+        raise RuntimeError("no ceilings today")
+
+    monkeypatch.setattr(device_info, "calibrate", broken)
+    job = sweep.BenchJob(loader.resolve(OPS), "double", (64, 64), "float32", 0,
+                         (("eager_add", "impl"), ("eager", "baseline")), Settings(mode="hot", budget=0.05))
+    outcome = job.execute("cpu")
+    assert all(r.status is Status.PASSED for r in outcome.results)
+    (notice,) = [w for w in outcome.warnings if "calibration failed" in w]
+    assert "no ceilings today" in notice
+    assert all(notice in r.warnings and r.measurement.ceiling is None for r in outcome.results)
+
+
+def test_cold_mode_on_a_huge_last_level_cache_finishes_well_inside_the_job_timeout(monkeypatch):
+    from kernelkit import loader
+    from kernelkit.measure import fingerprint
+    from kernelkit.measure.timer import Settings
+
+    monkeypatch.setattr(fingerprint, "cpu_caches", lambda: [(3, "Unified", 480 << 20)])
+    contenders = (("eager_add", "impl"), ("eager_warns", "impl"), ("eager", "baseline"))
+    job = sweep.BenchJob(loader.resolve(OPS), "double", (64, 64), "float32", 0, contenders,
+                         Settings(mode="cold", budget=0.2))
+    began = time.perf_counter()
+    outcome = job.execute("cpu")
+    assert time.perf_counter() - began < job.timeout / 4
+    assert [r.status for r in outcome.results] == [Status.PASSED] * 3
+    assert all(any("not 2x the 480 MiB" in w for w in r.measurement.warnings) for r in outcome.results)
 
 
 def test_the_run_is_stored_with_its_fingerprint_and_command(report):

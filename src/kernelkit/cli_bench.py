@@ -32,10 +32,14 @@ def bench_command(
                                                    "Name eager/compile to time only those baselines.")] = None,
     sizes: Annotated[str | None, typer.Option(help="Comma-separated shapes; default: the op's bench sizes.")] = None,
     dtypes: Annotated[str | None, typer.Option(help="Comma-separated dtypes; default: the op's.")] = None,
-    mode: Annotated[str, typer.Option(help="cold (L2 evicted per sample), hot, graph (CUDA-graph replay) or "
-                                           "kernel (profiler device time).")] = "cold",
+    mode: Annotated[str, typer.Option(help="cold (cache evicted per sample), hot (back-to-back calls), graph "
+                                           "(CUDA-graph replay, cold) or kernel (the kernels' device time).")]
+    = "cold",
+    graph_warm: Annotated[bool, typer.Option("--graph-warm", help="Graph mode without rotating input copies: "
+                                             "replays read warm L2 when the inputs fit.")] = False,
     device: DeviceOpt = None,
-    budget: Annotated[float, typer.Option(help="Seconds of sampling per impl and case, at most.")] = 10.0,
+    budget: Annotated[float | None, typer.Option(help="Seconds of sampling per impl and case, at most; "
+                                                  "default 10 on a GPU, 0.3 on the CPU.")] = None,
     rse: Annotated[float, typer.Option(help="Stop when the median's relative standard error is under this.")] = 0.005,
     baselines: Annotated[bool, typer.Option(help="Time eager PyTorch and torch.compile alongside.")] = True,
     timeout: Annotated[float, typer.Option(help="Seconds before a correctness check is killed.")] = 60.0,
@@ -71,7 +75,8 @@ def bench_command(
 
             report = bench_op(
                 target, impls=impl or [], sizes=size_list, dtypes=dtype_list, device=device, mode=mode,
-                budget=budget, rse_target=rse, baselines=baselines, timeout=timeout, store=opened,
+                budget=budget, rse_target=rse, baselines=baselines, graph_warm=graph_warm, timeout=timeout,
+                store=opened,
                 command=shlex.join(["kernelkit", *sys.argv[1:]]), on_result=advance,
             )
     except KernelkitError as exc:
@@ -110,11 +115,18 @@ def _skips(results: list) -> list[str]:
 
 
 def _warnings(results: list) -> list[str]:
+    """Failures, each measurement's warnings, then what the workers warned about (once each, with a count)."""
     lines = [f"[red]{r.status.value}[/] {r.case_id}: {escape(r.message)}" for r in results if r.status.failed]
+    worker: dict[str, list[str]] = {}
     for r in results:
         m = r.measurement
         for warning in (m.warnings if m else []):
             lines.append(f"[yellow]warning[/] {r.case_id}: {escape(warning)}")
+        for warning in getattr(r, "warnings", []):
+            worker.setdefault(warning, []).append(r.case_id)
+    for warning, cases in worker.items():
+        where = cases[0] if len(cases) == 1 else f"{cases[0]} and {len(cases) - 1} more"
+        lines.append(f"[yellow]warning[/] ({escape(where)}): {escape(warning)}")
     return lines
 
 

@@ -8,12 +8,16 @@ For each (op, size, dtype) of the sweep, in one worker process:
 3. rates from the op's cost model, % of the device's calibrated ceilings (SUSPECT above 105%) and speedups
    against each baseline with a 95% bootstrap interval.
 Every result goes to the results store as soon as it exists, so an interrupted sweep keeps what finished.
+What the worker warns about while timing (Python warnings, a failed calibration) travels back in each result's
+``warnings``, not only into the worker's log.
 """
 
 from __future__ import annotations
 
 import tempfile
-from collections.abc import Callable, Sequence
+import warnings
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -54,11 +58,12 @@ class SweepReport:
 
 @dataclass
 class GroupOutcome:
-    """A BenchJob's answer from the worker: one BenchResult per contender."""
+    """A BenchJob's answer from the worker: one BenchResult per contender, and what the worker warned about."""
 
     results: list[BenchResult]
     log: str = ""
     details: dict[str, Any] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
 
     @property
     def status(self) -> Status:
@@ -94,14 +99,26 @@ class BenchJob:
                            role=role, message=message)
 
     def execute(self, device: str, on_built: Callable[[], None] | None = None) -> GroupOutcome:
-        """Build each contender (its first call, timed), then time them all; failures are per contender."""
+        """Build each contender (its first call, timed), then time them all; failures are per contender.
+
+        Warnings raised meanwhile (and kernelkit's own notices) come back in the outcome and in every result.
+        """
+        notices: list[str] = []
+        with _caught_warnings(notices):
+            outcome = self._execute(device, on_built, notices)
+        outcome.warnings = _unique(notices)
+        for result in outcome.results:
+            result.warnings.extend(w for w in outcome.warnings if w not in result.warnings)
+        return outcome
+
+    def _execute(self, device: str, on_built: Callable[[], None] | None, notices: list[str]) -> GroupOutcome:
         op = loader.load(self.source)[self.op]
         dtype = parse_dtype(self.dtype)
         inputs, refs, los = reference_outputs(op, self.size, dtype, device, self.seed)
         nbytes, flops = op.cost(inputs, los)
         working = sum(t.numel() * t.element_size() for t in (*inputs, *los) if isinstance(t, torch.Tensor))
         atol, rtol = op.tolerance_for(dtype)
-        ceilings = _ceilings(device)
+        ceilings = _ceilings(device, notices)
 
         results: dict[str, BenchResult] = {}
         entries: list[tuple[BenchResult, Contender, list[Any]]] = []
@@ -145,7 +162,10 @@ def _contender_impl(op: Op, name: str) -> Impl:
 def _prepare(
     impl: Impl, inputs: Sequence[Any], nbytes: int, flops: int | None, working: int, device: str
 ) -> tuple[Contender, list[Any]]:
-    """A fresh copy of the inputs, a callable keeping its last output, and the first call made and timed."""
+    """A fresh copy of the inputs, a callable keeping its last output, and the first call made and timed.
+
+    The contender also carries the inputs and a way to call the impl on copies of them (graph mode's rotation).
+    """
     mine = verify.fresh_copies(inputs)
     last: list[Any] = [None]
     fn = impl.fn
@@ -154,7 +174,8 @@ def _prepare(
         last[0] = fn(*mine)
 
     first = timer.first_call(call, device)
-    return Contender(impl.name, call, nbytes, flops, working, first_call=first), last
+    return Contender(impl.name, call, nbytes, flops, working, first_call=first, args=mine,
+                     make_call=lambda copies: lambda: fn(*copies)), last
 
 
 def _recheck(
@@ -185,15 +206,33 @@ def _speedups(results: list[BenchResult]) -> None:
             r.speedups[name] = speedup(base.measurement.samples, r.measurement.samples)
 
 
-def _ceilings(device: str) -> Any:
-    """The device's calibrated ceilings (measured once, then cached on disk); None when calibration fails."""
+def _ceilings(device: str, notices: list[str]) -> Any:
+    """The device's calibrated ceilings (measured once, then cached on disk); None, and a notice, when calibration
+    fails."""
     from kernelkit.measure import device as device_info
 
     try:
         return device_info.calibrate(device)
     except Exception as exc:  # noqa: BLE001 - a result without % of ceiling beats no result
-        print(f"kernelkit: calibration failed, results carry no % of ceiling: {describe_exception(exc)}")
+        notices.append(f"calibration failed, results carry no % of ceiling: {describe_exception(exc)}")
         return None
+
+
+@contextmanager
+def _caught_warnings(notices: list[str]) -> Iterator[None]:
+    """Python warnings raised in the block, as one line each in ``notices`` (and still in the worker's log)."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("default")
+        try:
+            yield
+        finally:
+            for w in caught:
+                notices.append(f"{w.category.__name__}: {w.message} ({Path(w.filename).name}:{w.lineno})")
+                print(warnings.formatwarning(w.message, w.category, w.filename, w.lineno), end="")
+
+
+def _unique(lines: Sequence[str]) -> list[str]:
+    return list(dict.fromkeys(lines))
 
 
 def bench_op(
@@ -204,9 +243,10 @@ def bench_op(
     dtypes: Sequence[torch.dtype] = (),
     device: str | None = None,
     mode: str = "cold",
-    budget: float = timer.DEFAULT_BUDGET,
+    budget: float | None = None,
     rse_target: float = timer.DEFAULT_RSE,
     baselines: bool = True,
+    graph_warm: bool = False,
     timeout: float = runner.DEFAULT_TIMEOUT,
     store: Any = None,
     command: str = "",
@@ -214,11 +254,14 @@ def bench_op(
 ) -> SweepReport:
     """Benchmark ``target`` (a built-in op name or a .py file): every impl (or ``impls``) at every size and dtype.
 
-    sizes: default the op's bench_sizes (cpu_sizes on the CPU). store: a store.Store to record the run in.
-    Each (size, dtype) runs in a worker process: a crash or hang there ends that group, not the sweep.
+    sizes: default the op's bench_sizes (cpu_sizes on the CPU). budget: seconds of sampling per contender and
+    case (default 10 on a GPU, 0.3 on the CPU). graph_warm: graph mode without rotating input copies. store: a
+    store.Store to record the run in. Each (size, dtype) runs in a worker process: a crash or hang there ends that
+    group, not the sweep.
     """
-    settings = Settings(mode=mode, budget=budget, rse_target=rse_target)
     dev = runner.resolve_device(device)
+    spend = timer.default_budget(dev) if budget is None else budget
+    settings = Settings(mode=mode, budget=spend, rse_target=rse_target, graph_warm=graph_warm)
     backends.prepare_process(dev)
     source = loader.resolve(target)
     ops = loader.ops_of(target, source)

@@ -44,3 +44,12 @@ def double_dies(x):
     if _calls["dies"] >= 10 and x.shape[0] == 64:
         os._exit(3)
     return x * 2
+
+
+@double.impl("eager_warns")
+def double_warns(x):
+    """Right, but warns on every call: the warning must reach the parent's result, not only the worker's log."""
+    import warnings
+
+    warnings.warn("eager_warns: this impl is deprecated", DeprecationWarning, stacklevel=1)
+    return x * 2

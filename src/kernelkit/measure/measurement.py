@@ -47,7 +47,7 @@ class Measurement:
     first_call: float  # the first call, timed alone: JIT compile, autotune, module load
     warmup_calls: int
     stop_reason: str  # "converged" (rse under target) | "budget" | "max_samples"
-    calls_per_sample: int = 1  # graph mode: the unrolled calls per replay (samples are per call)
+    calls_per_sample: int = 1  # hot and graph mode: calls timed together; a sample is their mean per call
     dropped: int = 0
     clocks_mhz: list[float] = field(default_factory=list)
     max_clock_mhz: float | None = None
@@ -56,6 +56,7 @@ class Measurement:
     ceiling: Ceiling | None = None
     kernel_seconds: float | None = None  # median device time of the kernels one call launched, when known
     warnings: list[str] = field(default_factory=list)
+    method: str = ""  # how each sample was taken, in words (the mode's details: eviction, calls, copies, source)
 
     @property
     def stats(self) -> Stats:
@@ -100,7 +101,9 @@ class BenchResult:
     """One benchmarked case: an impl or a baseline of an op at one size and dtype, and what timing it gave.
 
     ``status`` is the correctness gate's verdict (only PASSED cases are timed) or why timing failed;
-    ``speedups`` maps each baseline's name to baseline/this (> 1: this is faster), with a confidence interval.
+    ``speedups`` maps each baseline's name to baseline/this (> 1: this is faster), with a confidence interval;
+    ``warnings`` holds what the worker that timed it warned about (Python warnings, kernelkit's own notices such
+    as a failed calibration), apart from the measurement's own warnings.
     """
 
     op: str
@@ -116,6 +119,7 @@ class BenchResult:
     measurement: Measurement | None = None
     speedups: dict[str, Ratio] = field(default_factory=dict)
     details: dict[str, Any] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
 
     @property
     def case_id(self) -> str:
@@ -144,6 +148,7 @@ class BenchResult:
             "measurement": self.measurement.to_dict() if self.measurement else None,
             "speedups": {name: r.to_dict() for name, r in self.speedups.items()},
             "details": self.details,
+            "warnings": list(self.warnings),
         }
 
     @classmethod
@@ -164,4 +169,5 @@ class BenchResult:
             speedups={k: Ratio(v["value"], v["low"], v["high"], v.get("confidence", 0.95))
                       for k, v in data.get("speedups", {}).items()},
             details=data.get("details", {}),
+            warnings=list(data.get("warnings", [])),
         )

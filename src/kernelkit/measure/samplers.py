@@ -1,33 +1,38 @@
-"""How one timing sample is taken, per mode and device. The timer (timer.py) decides how many and when to stop.
+"""How one timing sample is taken in cold and hot mode. The timer (timer.py) decides how many and when to stop.
 
-A sampler times ``calls`` of one callable: ``one()`` times a single call alone (the first call, warm-up) and
-``batch(k)`` returns k samples of seconds per call. GPU samplers queue a whole batch before synchronizing once, so
-host-side syncs never fall inside a timed window.
+A sampler has ``calls_per_sample`` and ``batch(k, deadline)``: up to k samples, each the seconds per call of one
+sample, fewer once the host clock passes ``deadline`` (the budget holds within a batch, not only between
+batches). ``one()`` times a single call alone (warm-up). GPU samplers queue a whole batch before synchronizing
+once, so host-side syncs never fall inside a timed window; nothing but the calls themselves runs between a
+sample's two timestamps.
 
-- cold: before every sample a buffer of 2x the last-level cache (size read from the device) is read, outside the
-  timed window, so each sample starts with the call's data out of cache. A read, not a write: a written buffer
-  leaves dirty lines that the timed call would then pay to write back (measured: +7% on a 2^26-float kernel).
-- hot: back-to-back calls, no eviction.
-- graph: N unrolled calls captured in a CUDA graph; each replay is one sample of replay time / N (no launch
-  overhead, warm cache when the working set fits in L2).
-- kernel: the device time of the kernels each call launched, from torch.profiler (CUPTI) records, with the cache
-  evicted before each call as in cold mode (and as Nsight Compute does by default).
+- cold: one call per sample; before every sample an eviction buffer is read, outside the timed window, so each
+  sample starts with the call's data out of cache. A read, not a write: a written buffer leaves dirty lines that
+  the timed call would then pay to write back (measured: +7% on a 2^26-float kernel on an H100). Its size is
+  ``eviction_bytes``: 2x the GPU's L2; on the CPU 2x the last-level cache but at most CPU_EVICTION_CAP.
+- hot: n back-to-back calls between one pair of timestamps (one CUDA event pair on a GPU, perf_counter_ns on the
+  CPU), no eviction; a sample is their mean, n chosen so a sample lasts about HOT_SAMPLE_SECONDS.
+- graph and kernel mode: graph.py and kernel_time.py.
 """
 
 from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 import torch
 
 from kernelkit.errors import KernelkitError
 
-FLUSH_FACTOR = 2  # the eviction buffer is at least this many times the cache size
-GRAPH_TARGET_SECONDS = 1e-3  # unroll graph captures until one replay takes about this long
-GRAPH_MAX_CALLS = 200
+FLUSH_FACTOR = 2  # the eviction buffer is this many times the cache size (capped on the CPU)
+# A CPU's last-level cache can be huge (a 480 MiB L3 on some servers): reading 2x that before every sample takes
+# about a second, so the CPU eviction is capped. 64 MiB evicts a 32 MiB L3 entirely; on a larger cache the call's
+# data may stay partly cached, and the result says so (see eviction_note).
+CPU_EVICTION_CAP = 64 << 20
+HOT_SAMPLE_SECONDS = 1e-3  # hot mode: calls per sample so that one sample lasts about this long
+HOT_MAX_CALLS = 1000
 Sample = tuple[float, float | None]  # (seconds per call, SM clock in MHz read during the batch, if known)
 
 
@@ -35,208 +40,146 @@ class MeasureError(KernelkitError):
     """A callable cannot be timed the way asked (a mode the device lacks, a graph that cannot be captured)."""
 
 
+def eviction_bytes(cache_bytes: int, device: str) -> int:
+    """Bytes cold mode reads before each sample: FLUSH_FACTOR x the cache, at most CPU_EVICTION_CAP on the CPU."""
+    wanted = FLUSH_FACTOR * cache_bytes
+    return min(wanted, CPU_EVICTION_CAP) if device == "cpu" else wanted
+
+
+def eviction_note(cache_bytes: int, device: str) -> str:
+    """The warning a cold CPU result carries when the eviction is capped below FLUSH_FACTOR x the cache; else ''."""
+    read = eviction_bytes(cache_bytes, device)
+    if read >= FLUSH_FACTOR * cache_bytes:
+        return ""
+    return (f"cold mode on the CPU reads {read >> 20} MiB before each sample, not {FLUSH_FACTOR}x the "
+            f"{cache_bytes >> 20} MiB last-level cache (too slow to read before every sample): data that fits "
+            "in the cache may still be partly cached")
+
+
+def eviction_buffer(nbytes: int, device: str) -> torch.Tensor:
+    """A buffer of ``nbytes``, filled once (pages touched, so reads really go to memory), for ``evict`` to read.
+
+    int32 on a GPU; float32 on the CPU, where torch's integer sum is not vectorized (0.6 GB/s against 8 GB/s for
+    a float sum, measured on a 2-core EPYC): the eviction would cost more than the samples it precedes.
+    """
+    dtype = torch.float32 if device == "cpu" else torch.int32
+    return torch.ones(max(1, nbytes // 4), dtype=dtype, device=device)
+
+
+def evict(buffer: torch.Tensor) -> None:
+    """Read every byte of ``buffer`` (a sum: one pass, a tiny output), pushing the previous call's lines out."""
+    if buffer.dtype == torch.int32:
+        torch.sum(buffer, dtype=torch.int64)
+    else:
+        torch.sum(buffer)
+
+
+def hot_calls(estimate: float) -> int:
+    """Calls per hot sample: enough for about HOT_SAMPLE_SECONDS, between 1 and HOT_MAX_CALLS."""
+    if estimate <= 0:
+        return HOT_MAX_CALLS
+    return max(1, min(HOT_MAX_CALLS, math.ceil(HOT_SAMPLE_SECONDS / estimate)))
+
+
+def past(deadline: float | None) -> bool:
+    return deadline is not None and time.perf_counter() >= deadline
+
+
 class CpuSampler:
-    """Synchronous CPU work timed with perf_counter_ns: CPU timings, never GPU performance."""
+    """Synchronous CPU work timed with perf_counter_ns: CPU timings, never GPU performance.
+
+    cold: one call per sample after reading ``flush``; hot: ``hot_calls(estimate)`` calls per sample.
+    """
 
     device = "cpu"
 
-    def __init__(self, fn: Callable[[], Any], mode: str, cache_bytes: int) -> None:
+    def __init__(self, fn: Callable[[], Any], mode: str, flush: torch.Tensor | None, estimate: float = 0.0) -> None:
         if mode not in ("cold", "hot"):
             raise MeasureError(f"mode {mode!r} needs a CUDA GPU (none here); on the CPU use --mode cold or hot")
         self.fn = fn
-        self.flush = eviction_buffer(cache_bytes, "cpu") if mode == "cold" else None
-        self.calls_per_sample = 1
+        self.flush = flush if mode == "cold" else None
+        self.calls_per_sample = 1 if mode == "cold" else hot_calls(estimate)
 
     def one(self) -> float:
         start = time.perf_counter_ns()
         self.fn()
         return (time.perf_counter_ns() - start) / 1e9
 
-    def batch(self, k: int) -> list[Sample]:
+    def batch(self, k: int, deadline: float | None = None) -> list[Sample]:
+        fn, n = self.fn, self.calls_per_sample
         out: list[Sample] = []
-        for _ in range(k):
+        for i in range(k):
+            if i and past(deadline):
+                break
             if self.flush is not None:
                 evict(self.flush)
-            out.append((self.one(), None))
+            start = time.perf_counter_ns()
+            for _ in range(n):
+                fn()
+            out.append(((time.perf_counter_ns() - start) / 1e9 / n, None))
         return out
 
 
-def eviction_buffer(cache_bytes: int, device: str) -> torch.Tensor:
-    """A buffer of FLUSH_FACTOR x the cache, filled once (pages touched), for ``evict`` to read."""
-    return torch.ones(FLUSH_FACTOR * cache_bytes // 4, dtype=torch.int32, device=device)
-
-
-def evict(buffer: torch.Tensor) -> None:
-    """Read every byte of ``buffer`` (a sum: one pass, a tiny output), pushing the previous call's lines out."""
-    torch.sum(buffer, dtype=torch.int64)
-
-
 class EventSampler:
-    """cold and hot on a GPU: a CUDA event pair around each call, on the current stream."""
+    """cold on a GPU (and warm-up in every mode): a CUDA event pair around each call, on the current stream."""
 
     device = "cuda"
 
-    def __init__(self, fn: Callable[[], Any], mode: str, cache_bytes: int, clock: Any = None) -> None:
+    def __init__(self, fn: Callable[[], Any], flush: torch.Tensor | None, clock: Any = None) -> None:
         self.fn = fn
         self.clock = clock
+        self.flush = flush
         self.calls_per_sample = 1
-        self.flush = eviction_buffer(cache_bytes, "cuda") if mode == "cold" else None
 
     def one(self) -> float:
         return self.batch(1)[0][0]
 
-    def batch(self, k: int) -> list[Sample]:
-        starts = [torch.cuda.Event(enable_timing=True) for _ in range(k)]
-        ends = [torch.cuda.Event(enable_timing=True) for _ in range(k)]
-        for i in range(k):
+    def batch(self, k: int, deadline: float | None = None) -> list[Sample]:
+        pairs = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(k)]
+        taken = 0
+        for start, end in pairs:
+            if taken and past(deadline):
+                break
             if self.flush is not None:
                 evict(self.flush)
-            starts[i].record()
+            start.record()
             self.fn()
-            ends[i].record()
+            end.record()
+            taken += 1
         mhz = self.clock.sm_clock_mhz() if self.clock is not None else None  # read while the batch runs
         torch.cuda.synchronize()
-        return [(s.elapsed_time(e) / 1e3, mhz) for s, e in zip(starts, ends, strict=True)]
+        return [(s.elapsed_time(e) / 1e3, mhz) for s, e in pairs[:taken]]
 
 
-class GraphSampler:
-    """graph: replays of a CUDA graph of ``calls_per_sample`` unrolled calls, timed with an event pair each."""
+class HotSampler:
+    """hot on a GPU: ``calls_per_sample`` back-to-back calls between one CUDA event pair; a sample is their mean.
+
+    Inside the pair there is only a bare loop of calls: no per-call event, clock read or bookkeeping, so a
+    launch-bound call is timed at the rate the host can issue it, as torch.utils.benchmark's Timer times it.
+    """
 
     device = "cuda"
 
     def __init__(self, fn: Callable[[], Any], estimate: float, clock: Any = None) -> None:
         self.fn = fn
         self.clock = clock
-        self.calls_per_sample = graph_calls(estimate)
-        self.graph = _capture(fn, self.calls_per_sample)
+        self.calls_per_sample = hot_calls(estimate)
 
     def one(self) -> float:
         return self.batch(1)[0][0]
 
-    def batch(self, k: int) -> list[Sample]:
-        starts = [torch.cuda.Event(enable_timing=True) for _ in range(k)]
-        ends = [torch.cuda.Event(enable_timing=True) for _ in range(k)]
-        for i in range(k):
-            starts[i].record()
-            self.graph.replay()
-            ends[i].record()
+    def batch(self, k: int, deadline: float | None = None) -> list[Sample]:
+        fn, n = self.fn, self.calls_per_sample
+        pairs = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(k)]
+        taken = 0
+        for start, end in pairs:
+            if taken and past(deadline):
+                break
+            start.record()
+            for _ in range(n):
+                fn()
+            end.record()
+            taken += 1
         mhz = self.clock.sm_clock_mhz() if self.clock is not None else None
         torch.cuda.synchronize()
-        return [(s.elapsed_time(e) / 1e3 / self.calls_per_sample, mhz) for s, e in zip(starts, ends, strict=True)]
-
-
-def graph_calls(estimate: float) -> int:
-    """How many calls to unroll in one graph: enough for a replay of about a millisecond, at most 200."""
-    if estimate <= 0:
-        return GRAPH_MAX_CALLS
-    return max(1, min(GRAPH_MAX_CALLS, math.ceil(GRAPH_TARGET_SECONDS / estimate)))
-
-
-def _capture(fn: Callable[[], Any], calls: int) -> torch.cuda.CUDAGraph:
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    try:
-        with torch.cuda.stream(side):  # warm up on the capture stream, as CUDA graphs require
-            for _ in range(2):
-                fn()
-        torch.cuda.current_stream().wait_stream(side)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            for _ in range(calls):
-                fn()
-    except Exception as exc:  # noqa: BLE001 - any capture failure has the same remedy
-        torch.cuda.synchronize()
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise MeasureError(
-            f"mode graph: the call cannot be captured in a CUDA graph ({type(exc).__name__}: {first}); it may "
-            "synchronize, copy to the host or allocate outside torch's allocator. Use --mode cold or kernel"
-        ) from None
-    torch.cuda.synchronize()
-    return graph
-
-
-class KernelSampler:
-    """kernel: each call's kernels' device time, summed, from one torch.profiler session per batch."""
-
-    device = "cuda"
-
-    def __init__(self, fn: Callable[[], Any], cache_bytes: int = 0) -> None:
-        self.fn = fn
-        self.calls_per_sample = 1
-        self.flush = eviction_buffer(cache_bytes, "cuda") if cache_bytes else None
-
-    def one(self) -> float:
-        return self.batch(1)[0][0]
-
-    def batch(self, k: int) -> list[Sample]:
-        return [(t, None) for t in profile_calls([self.fn] * k, self.flush)]
-
-
-CALL_RANGE = "kernelkit::timed_call"
-
-
-def profile_calls(fns: Sequence[Callable[[], Any]], flush: torch.Tensor | None = None) -> list[float]:
-    """Device seconds of each call's kernels, in one profiler session; each call ends in a synchronize.
-
-    The eviction (when ``flush`` is given) runs before each call's range, so its kernel is not counted.
-    """
-    from torch.profiler import ProfilerActivity, profile, record_function
-
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-        for fn in fns:
-            if flush is not None:
-                evict(flush)
-                torch.cuda.synchronize()
-            with record_function(CALL_RANGE):  # the range lasts until the call's device work is done
-                fn()
-                torch.cuda.synchronize()
-    ranges, spans = call_ranges(prof), device_spans(prof)
-    if not spans:
-        raise MeasureError("mode kernel: the profiler recorded no GPU activity for the call (CPU-only work?)")
-    return group_by_call(ranges, spans)
-
-
-def call_ranges(prof: Any) -> list[tuple[int, int]]:
-    """(start_ns, end_ns) of each timed call's range, in order. Host ranges and device activity share one clock
-    in the profiler's records (Kineto aligns them)."""
-    return sorted(
-        (e.start_ns(), e.start_ns() + e.duration_ns())
-        for e in prof.profiler.kineto_results.events() if e.name() == CALL_RANGE
-    )
-
-
-def device_spans(prof: Any) -> list[tuple[int, int]]:
-    """(start_ns, end_ns) of every GPU activity (kernels, memcpy, memset) the profiler recorded."""
-    spans = []
-    for event in prof.profiler.kineto_results.events():
-        if event.device_type() == torch.autograd.DeviceType.CUDA:
-            spans.append((event.start_ns(), event.start_ns() + event.duration_ns()))
-    return spans
-
-
-def group_by_call(ranges: Sequence[tuple[int, int]], spans: Sequence[tuple[int, int]]) -> list[float]:
-    """Seconds of device activity per call: call i owns the spans that start inside its range.
-
-    Each range ends with a device synchronize, so every span of call i starts within it; spans outside every
-    range (the eviction) belong to no call. Overlapping spans (concurrent kernels) count once: their union.
-    """
-    per_call: list[list[tuple[int, int]]] = [[] for _ in ranges]
-    for start, end in spans:
-        for i, (lo, hi) in enumerate(ranges):
-            if lo <= start < hi:
-                per_call[i].append((start, end))
-                break
-    return [_union_ns(group) / 1e9 for group in per_call]
-
-
-def _union_ns(spans: list[tuple[int, int]]) -> int:
-    total, reach = 0, None
-    for start, end in sorted(spans):
-        if reach is None or start >= reach:
-            total += end - start
-            reach = end
-        elif end > reach:
-            total += end - reach
-            reach = end
-    return total
+        return [(s.elapsed_time(e) / 1e3 / n, mhz) for s, e in pairs[:taken]]

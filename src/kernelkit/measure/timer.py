@@ -7,12 +7,17 @@ how the impls of a case and their baselines are compared.
 Per contender:
 1. the first call is timed alone and reported apart (JIT compile, autotune, module load);
 2. warm-up: single calls until the last three agree within 5% (so it lasts longer for a slower call), at most
-   ``WARMUP_MAX_CALLS`` or ``WARMUP_MAX_SECONDS``;
-3. sampling in batches sized to about ``BATCH_SECONDS`` of work, until the median's relative standard error is
-   under ``rse_target`` with at least ``min_samples`` samples and ``min_time`` seconds of timed work
-   ("converged"), or the wall-clock ``budget`` is spent ("budget"), or ``max_samples`` ("max_samples");
-4. on a GPU with NVML, the SM clock is read with each batch; samples taken under 75% of the maximum SM clock
-   are dropped and counted. Nothing about the GPU's clocks or power is ever changed.
+   ``WARMUP_MAX_CALLS`` or ``WARMUP_MAX_SECONDS`` (or half the budget, when that is less: a CPU's short budget);
+3. sampling in batches of about ``BATCH_SECONDS`` of wall clock, sized from what one sample really costs (the
+   eviction, synchronize and tracing included, measured batch by batch), until the median's relative standard
+   error is under ``rse_target`` with at least ``min_samples`` samples and ``min_time`` seconds of timed work
+   ("converged"), or the wall-clock ``budget`` is spent ("budget": checked within a batch too, so one slow
+   sample at most goes past it), or ``max_samples`` ("max_samples");
+4. on a GPU with NVML, the SM clock is read with each batch (outside every timed window); samples taken under
+   75% of the maximum SM clock are dropped and counted. Nothing about the GPU's clocks or power is ever changed.
+
+A sample is seconds per call: in hot and graph mode the mean of the ``calls_per_sample`` calls it timed together,
+so the stopping rule and the spread figures describe such means (narrower than single calls would be).
 """
 
 from __future__ import annotations
@@ -25,12 +30,13 @@ from typing import Any
 
 import torch
 
-from kernelkit.measure import samplers
+from kernelkit.measure.environment import Environment
 from kernelkit.measure.measurement import MODES, Measurement
 from kernelkit.measure.samplers import MeasureError
 from kernelkit.measure.stats import median_rse, quantile
 
-DEFAULT_BUDGET = 10.0  # seconds of wall clock per contender, at most
+DEFAULT_BUDGET = 10.0  # seconds of wall clock per contender on a GPU, at most
+DEFAULT_CPU_BUDGET = 0.3  # on the CPU: the interpreter and simulator are slow, and CPU timings only teach
 DEFAULT_RSE = 0.005
 MIN_SAMPLES = 10
 MIN_TIME = 0.01  # seconds of timed work (GPU time on a GPU) before the noise rule may stop sampling
@@ -42,20 +48,33 @@ WARMUP_MAX_CALLS = 100
 WARMUP_MAX_SECONDS = 1.0
 LAUNCH_BOUND_RATIO = 1.5
 LAUNCH_BOUND_GAP = 5e-6
-PROBE_BELOW = 2e-4  # event medians under this get a kernel-time probe (the launch-bound check)
+PROBE_BELOW = 10e-3  # cold and hot medians under this get a kernel-time probe (the launch-bound check)
 PROBE_CALLS = 20
+PROBE_SECONDS = 0.2  # fewer probe calls for slow calls: at least 3, about this long in all
+KERNEL_CALL_OVERHEAD = 5e-4  # kernel mode's first guess of a traced call's own cost (synchronize, records)
+
+
+def default_budget(device: str) -> float:
+    """The budget when none is given: DEFAULT_BUDGET on a GPU, DEFAULT_CPU_BUDGET on the CPU."""
+    return DEFAULT_BUDGET if device == "cuda" else DEFAULT_CPU_BUDGET
 
 
 @dataclass
 class Contender:
-    """One callable to time, with the cost model of one call."""
+    """One callable to time, with the cost model of one call.
+
+    ``args`` and ``make_call`` let graph mode rotate copies of the inputs (cold replays): ``make_call(copies)``
+    returns the same call on other arguments. Without them graph mode replays warm, and says so.
+    """
 
     label: str
     fn: Callable[[], Any]
     bytes: int | None = None
     flops: int | None = None
-    working_set: int | None = None  # bytes the call touches, for the graph-mode cache warning
+    working_set: int | None = None  # bytes one call touches (inputs and outputs)
     first_call: float | None = None  # seconds, when the caller already made (and timed) the first call
+    args: tuple[Any, ...] = ()
+    make_call: Callable[[tuple[Any, ...]], Callable[[], Any]] | None = None
 
 
 @dataclass(frozen=True)
@@ -72,7 +91,8 @@ class _State:
     sampler: Any
     first_call: float
     warmup_calls: int
-    estimate: float
+    estimate: float  # seconds per call
+    cost: float  # wall seconds one sample costs (eviction, synchronize and tracing included)
     samples: list[float] = field(default_factory=list)
     clocks: list[float] = field(default_factory=list)
     dropped: int = 0
@@ -82,7 +102,7 @@ class _State:
 
 @dataclass(frozen=True)
 class Settings:
-    """The stopping rule and budget; defaults are the engine's."""
+    """The stopping rule and budget; defaults are the engine's. ``graph_warm``: graph mode without rotation."""
 
     mode: str = "cold"
     budget: float = DEFAULT_BUDGET
@@ -91,6 +111,7 @@ class Settings:
     min_time: float = MIN_TIME
     max_samples: int = MAX_SAMPLES
     launch_check: bool = True
+    graph_warm: bool = False
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -105,22 +126,27 @@ def bench(
     mode: str = "cold",
     bytes: int | None = None,  # noqa: A002 - the cost model's word
     flops: int | None = None,
-    budget: float = DEFAULT_BUDGET,
+    budget: float | None = None,
     rse_target: float = DEFAULT_RSE,
     label: str = "",
     device: str | None = None,
+    graph_warm: bool = False,
 ) -> Measurement:
     """Time ``fn(*args)`` and return a Measurement (seconds per call, with statistics and how it stopped).
 
-    mode: cold (L2 evicted before every sample; default), hot, graph (CUDA-graph replay) or kernel (profiler
-    device time). device: 'cuda' or 'cpu'; by default where the tensor arguments are, and for a callable with
-    no tensor arguments the GPU when one is visible (CPU timings are CPU work timed with perf_counter_ns, never
-    GPU performance).
+    mode: cold (cache evicted before every sample; default), hot (back-to-back calls), graph (CUDA-graph replay,
+    rotating copies of the tensor arguments so it is cold too; ``graph_warm`` reuses them) or kernel (the
+    device time of each call's kernels). budget: seconds per contender (default 10 on a GPU, 0.3 on the CPU).
+    device: 'cuda' or 'cpu'; by default where the tensor arguments are, and for a callable with no tensor
+    arguments the GPU when one is visible (CPU timings are CPU work timed with perf_counter_ns, never GPU
+    performance).
     """
-    working = sum(a.numel() * a.element_size() for a in args if isinstance(a, torch.Tensor))
-    contender = Contender(label or getattr(fn, "__name__", "call"), lambda: fn(*args), bytes, flops, working)
-    settings = Settings(mode=mode, budget=budget, rse_target=rse_target)
-    (result,) = bench_many([contender], settings, device=device or _device_of(args))
+    dev = device or _device_of(args)
+    contender = Contender(label or getattr(fn, "__name__", "call"), lambda: fn(*args), bytes, flops,
+                          args=tuple(args), make_call=lambda copies: lambda: fn(*copies))
+    spend = default_budget(dev) if budget is None else budget
+    settings = Settings(mode=mode, budget=spend, rse_target=rse_target, graph_warm=graph_warm)
+    (result,) = bench_many([contender], settings, device=dev)
     if isinstance(result, MeasureFailure):
         raise result.error
     return result
@@ -135,13 +161,13 @@ def bench_many(
     """
     if not contenders:
         return []
-    env = _Environment.open(device, settings.mode)
+    env = Environment.open(device, settings.mode, settings.graph_warm)
     try:
         states: list[_State | MeasureFailure] = [_guarded(c.label, _start, c, settings, env) for c in contenders]
         active = [s for s in states if isinstance(s, _State)]
         while active:
             for state in list(active):
-                failure = _guarded(state.contender.label, _take_batch, state, env)
+                failure = _guarded(state.contender.label, _take_batch, state, env, settings)
                 reason = _stop_reason(state, settings) if failure is None else "failed"
                 if reason:
                     state.stop_reason = reason
@@ -165,11 +191,6 @@ def _guarded(label: str, fn: Callable[..., Any], *args: Any) -> Any:
         return MeasureFailure(label, exc)
 
 
-def eviction_for(env: _Environment) -> torch.Tensor | None:
-    """Cold mode probes kernels with the cache evicted, as its samples are taken; hot mode without."""
-    return samplers.eviction_buffer(env.cache_bytes, "cuda") if env.mode == "cold" else None
-
-
 def _device_of(args: Sequence[Any]) -> str:
     """Where the tensor arguments live; with none (a closure), the GPU when there is one."""
     tensors = [a for a in args if isinstance(a, torch.Tensor)]
@@ -178,78 +199,38 @@ def _device_of(args: Sequence[Any]) -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
-@dataclass
-class _Environment:
-    device: str
-    mode: str
-    device_name: str
-    cache_bytes: int
-    clock: Any = None  # measure.clocks.ClockReader, when NVML is available
-    max_clock: float | None = None
-
-    @classmethod
-    def open(cls, device: str, mode: str) -> _Environment:
-        from kernelkit.measure import clocks
-        from kernelkit.measure import fingerprint as host
-
-        if device == "cuda":
-            if not torch.cuda.is_available():
-                raise MeasureError("device cuda asked for, but no GPU is visible; time on the CPU instead")
-            index = torch.cuda.current_device()
-            clock = clocks.ClockReader.open(index)
-            max_clock = clock.max_sm_clock_mhz() if clock is not None else None
-            return cls(device, mode, torch.cuda.get_device_name(index), host.l2_bytes(torch.device("cuda")),
-                       clock, max_clock)
-        if device != "cpu":
-            raise MeasureError(f"unknown device {device!r}; use cpu or cuda")
-        return cls(device, mode, host.device_name("cpu"), host.l2_bytes(torch.device("cpu")))
-
-    def sampler(self, fn: Callable[[], Any], estimate: float) -> Any:
-        if self.device == "cpu":
-            return samplers.CpuSampler(fn, self.mode, self.cache_bytes)
-        if self.mode == "graph":
-            return samplers.GraphSampler(fn, estimate, self.clock)
-        if self.mode == "kernel":
-            return samplers.KernelSampler(fn, self.cache_bytes)
-        return samplers.EventSampler(fn, self.mode, self.cache_bytes, self.clock)
-
-    def warmup_sampler(self, fn: Callable[[], Any]) -> Any:
-        """Warm-up times single calls back to back in every mode; the estimate sizes batches and graph captures."""
-        if self.device == "cpu":
-            return samplers.CpuSampler(fn, "hot", self.cache_bytes)
-        return samplers.EventSampler(fn, "hot", self.cache_bytes)
-
-    def kernel_times(self, fns: Sequence[Callable[[], Any]]) -> list[float | None]:
-        """Median device time of each callable's kernels over PROBE_CALLS calls, all in one profiler session
-        (starting one costs a good fraction of a second); None where a callable launched no kernel."""
-        calls = [fn for fn in fns for _ in range(PROBE_CALLS)]
-        try:
-            times = samplers.profile_calls(calls, eviction_for(self))
-        except MeasureError:
-            return [None] * len(fns)
-        out: list[float | None] = []
-        for i in range(len(fns)):
-            mine = sorted(times[i * PROBE_CALLS:(i + 1) * PROBE_CALLS])
-            out.append(quantile(mine, 0.5) if any(mine) else None)
-        return out
-
-    def close(self) -> None:
-        if self.clock is not None:
-            self.clock.close()
-
-
-def _start(contender: Contender, settings: Settings, env: _Environment) -> _State:
+def _start(contender: Contender, settings: Settings, env: Environment) -> _State:
     """First call timed alone, then warm-up; returns the contender's state ready for sampling."""
+    if env.device == "cpu" and settings.mode not in ("cold", "hot"):
+        raise MeasureError(f"mode {settings.mode!r} needs a CUDA GPU (none here); on the CPU use --mode cold or hot")
     plain = env.warmup_sampler(contender.fn)
     first = contender.first_call if contender.first_call is not None else first_call(contender.fn, env.device)
+    limit = min(WARMUP_MAX_SECONDS, settings.budget / 2)
     warm: list[float] = []
-    began = time.perf_counter()
-    while len(warm) < WARMUP_MAX_CALLS and time.perf_counter() - began < WARMUP_MAX_SECONDS:
-        warm.append(plain.one())
-        if len(warm) >= 3 and _agree(warm[-3:]):
-            break
-    estimate = quantile(sorted(warm[-3:]), 0.5)
-    return _State(contender, env.sampler(contender.fn, estimate), first, len(warm), estimate)
+    if env.device == "cpu" and first > limit:
+        # A CPU call slower than the whole warm-up (an interpreted or simulated kernel) has no JIT or clock to
+        # wait for: its first call stands as the warm-up. A GPU always warms up: graph and hot mode size from it.
+        estimate, calls = first, 0
+    else:
+        began = time.perf_counter()
+        while len(warm) < WARMUP_MAX_CALLS and time.perf_counter() - began < limit:
+            warm.append(plain.one())
+            if len(warm) >= 3 and _agree(warm[-3:]):
+                break
+        estimate, calls = quantile(sorted(warm[-3:]), 0.5), len(warm)
+    sampler = env.sampler(contender, estimate)
+    return _State(contender, sampler, first, calls, estimate, first_cost(sampler, estimate, env))
+
+
+def first_cost(sampler: Any, estimate: float, env: Any) -> float:
+    """What one sample should cost in wall clock before any is taken: its calls, plus the eviction in cold and
+    kernel mode, plus tracing in kernel mode. Later batches use the measured cost."""
+    cost = estimate * sampler.calls_per_sample
+    if env.mode in ("cold", "kernel"):
+        cost += env.eviction_seconds()
+    if env.mode == "kernel":
+        cost += KERNEL_CALL_OVERHEAD
+    return cost
 
 
 def first_call(fn: Callable[[], Any], device: str) -> float:
@@ -268,23 +249,31 @@ def _agree(values: Sequence[float]) -> bool:
     return mid > 0 and all(abs(v - mid) <= WARMUP_AGREE * mid for v in values)
 
 
-def batch_size(estimate: float) -> int:
-    """Samples per batch: about BATCH_SECONDS of work, between 1 and MAX_BATCH."""
-    if estimate <= 0:
+def batch_size(cost: float, remaining: float = math.inf) -> int:
+    """Samples per batch: about BATCH_SECONDS of wall clock at ``cost`` seconds a sample, between 1 and
+    MAX_BATCH, and no more than the ``remaining`` budget pays for (at least one)."""
+    if cost <= 0:
         return MAX_BATCH
-    return max(1, min(MAX_BATCH, int(BATCH_SECONDS / estimate)))
+    k = max(1, min(MAX_BATCH, int(BATCH_SECONDS / cost)))
+    return max(1, min(k, int(remaining / cost))) if math.isfinite(remaining) else k
 
 
-def _take_batch(state: _State, env: _Environment) -> None:
+def _take_batch(state: _State, env: Environment, settings: Settings) -> None:
+    remaining = max(settings.budget - state.spent, 0.0)
     began = time.perf_counter()
-    for seconds, mhz in state.sampler.batch(batch_size(state.estimate)):
+    taken = state.sampler.batch(batch_size(state.cost, remaining), began + remaining)
+    wall = time.perf_counter() - began
+    for seconds, mhz in taken:
         if mhz is not None and env.max_clock and not _clock_ok(mhz, env.max_clock):
             state.dropped += 1
             continue
         state.samples.append(seconds)
         if mhz is not None and not math.isnan(mhz):
             state.clocks.append(mhz)
-    state.spent += time.perf_counter() - began
+    state.spent += wall
+    if taken:
+        # A sampler with a fixed cost per batch (kernel mode's tracing session) reports its cost per sample.
+        state.cost = getattr(state.sampler, "last_cost", None) or wall / len(taken)
     if state.samples:
         state.estimate = quantile(sorted(state.samples[-MAX_BATCH:]), 0.5)
 
@@ -308,37 +297,43 @@ def _stop_reason(state: _State, settings: Settings) -> str:
     return ""
 
 
-def _finish(state: _State, settings: Settings, env: _Environment) -> Measurement:
+def _finish(state: _State, settings: Settings, env: Environment) -> Measurement:
     c = state.contender
-    warnings: list[str] = []
     samples = state.samples
     if not samples:
         raise MeasureError(
             f"{c.label}: every one of {state.dropped} samples ran under 75% of the maximum SM clock "
             f"({env.max_clock:g} MHz); the GPU is throttling (power, thermal) or shared. Try again when it is idle"
         )
+    warnings = [*env.notes(), *getattr(state.sampler, "warnings", [])]
     m = Measurement(
         label=c.label, mode=settings.mode, device=env.device, device_name=env.device_name, samples=samples,
         first_call=state.first_call, warmup_calls=state.warmup_calls, stop_reason=state.stop_reason,
         calls_per_sample=state.sampler.calls_per_sample, dropped=state.dropped, clocks_mhz=state.clocks,
         max_clock_mhz=env.max_clock, bytes=c.bytes, flops=c.flops, warnings=warnings,
+        method=getattr(state.sampler, "method", ""),
     )
     if state.dropped:
         warnings.append(f"{state.dropped} samples dropped: taken under 75% of the maximum SM clock")
     if m.stats.noisy:
         warnings.append(f"noisy: IQR is {m.stats.iqr_rel:.0%} of the median")
-    if env.mode == "graph" and c.working_set is not None and c.working_set <= env.cache_bytes:
+    working = c.working_set if c.working_set is not None else _tensor_bytes(c.args)
+    if env.mode == "graph" and settings.graph_warm and 0 < working <= env.cache_bytes:
         warnings.append(
-            f"graph mode: the inputs ({c.working_set / 2**20:.1f} MiB) fit in L2 ({env.cache_bytes / 2**20:.0f} MiB), "
-            f"so the {m.calls_per_sample} unrolled calls read warm cache; use cold mode for a cold-cache time"
+            f"graph mode (warm): the inputs ({working / 2**20:.1f} MiB) fit in L2 ({env.cache_bytes / 2**20:.0f} MiB),"
+            f" so the {m.calls_per_sample} unrolled calls read warm cache; drop --graph-warm for cold replays"
         )
     if env.mode == "kernel":
         m.kernel_seconds = m.median
     return m
 
 
+def _tensor_bytes(args: Sequence[Any]) -> int:
+    return sum(a.numel() * a.element_size() for a in args if isinstance(a, torch.Tensor))
+
+
 def _launch_check(states: Sequence[_State | MeasureFailure], results: list[Any], settings: Settings,
-                  env: _Environment) -> None:
+                  env: Environment) -> None:
     """Event-timed results under PROBE_BELOW get their kernel time and, when far below, a launch-bound warning."""
     if env.device != "cuda" or env.mode not in ("cold", "hot") or not settings.launch_check:
         return
@@ -346,12 +341,20 @@ def _launch_check(states: Sequence[_State | MeasureFailure], results: list[Any],
     if not picked:
         return
     fns = [states[i].contender.fn for i in picked]  # type: ignore[union-attr]
-    for i, kernel in zip(picked, env.kernel_times(fns), strict=True):
+    calls = [probe_calls(results[i].median) for i in picked]
+    for i, kernel in zip(picked, env.kernel_times(fns, calls), strict=True):
         m = results[i]
         m.kernel_seconds = kernel
         warning = launch_bound_warning(m.median, kernel)
         if warning:
             m.warnings.append(warning)
+
+
+def probe_calls(seconds: float) -> int:
+    """Calls of the kernel-time probe: PROBE_CALLS, fewer for slow calls (about PROBE_SECONDS), at least 3."""
+    if seconds <= 0:
+        return PROBE_CALLS
+    return max(3, min(PROBE_CALLS, int(PROBE_SECONDS / seconds)))
 
 
 def launch_bound_warning(event_seconds: float, kernel_seconds: float | None) -> str:

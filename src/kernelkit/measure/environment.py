@@ -1,0 +1,155 @@
+"""What one timing session needs from its device: the samplers of each mode, the shared eviction buffer and its
+cost, the clock reader, and the kernel-time probe. The timer (timer.py) opens one per ``bench_many`` call."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from kernelkit.measure import samplers
+from kernelkit.measure.samplers import MeasureError
+
+if TYPE_CHECKING:
+    from kernelkit.measure.kernel_time import KernelTimer
+    from kernelkit.measure.timer import Contender
+
+
+@dataclass
+class Environment:
+    """One device and mode for one timing session; ``close()`` releases NVML."""
+
+    device: str  # "cuda" or "cpu"
+    mode: str
+    device_name: str
+    cache_bytes: int  # the GPU's L2, or the CPU's last-level cache
+    clock: Any = None  # measure.clocks.ClockReader, when NVML is available
+    max_clock: float | None = None
+    graph_warm: bool = False
+    _flush: torch.Tensor | None = field(default=None, repr=False)
+    _evict_seconds: float | None = field(default=None, repr=False)
+    _kernel_timer: KernelTimer | None = field(default=None, repr=False)
+
+    @classmethod
+    def open(cls, device: str, mode: str, graph_warm: bool = False) -> Environment:
+        from kernelkit.measure import clocks
+        from kernelkit.measure import fingerprint as host
+
+        if device == "cuda":
+            if not torch.cuda.is_available():
+                raise MeasureError("device cuda asked for, but no GPU is visible; time on the CPU instead")
+            index = torch.cuda.current_device()
+            clock = clocks.ClockReader.open(index)
+            max_clock = clock.max_sm_clock_mhz() if clock is not None else None
+            return cls(device, mode, torch.cuda.get_device_name(index), host.l2_bytes(torch.device("cuda")),
+                       clock, max_clock, graph_warm)
+        if device != "cpu":
+            raise MeasureError(f"unknown device {device!r}; use cpu or cuda")
+        return cls(device, mode, host.device_name("cpu"), host.l2_bytes(torch.device("cpu")))
+
+    # --- eviction --------------------------------------------------------------------------------------------
+
+    @property
+    def flush(self) -> torch.Tensor:
+        """The eviction buffer every sampler of this session reads (one allocation, not one per contender)."""
+        if self._flush is None:
+            self._flush = samplers.eviction_buffer(samplers.eviction_bytes(self.cache_bytes, self.device),
+                                                   self.device)
+        return self._flush
+
+    def eviction_seconds(self) -> float:
+        """Seconds one eviction takes (measured once, after an untimed first pass): part of a cold sample's cost."""
+        if self._evict_seconds is None:
+            samplers.evict(self.flush)
+            self._sync()
+            start = time.perf_counter()
+            samplers.evict(self.flush)
+            self._sync()
+            self._evict_seconds = time.perf_counter() - start
+        return self._evict_seconds
+
+    def _sync(self) -> None:
+        if self.device == "cuda":
+            torch.cuda.synchronize()
+
+    def notes(self) -> list[str]:
+        """Warnings every result of this session carries (a capped CPU eviction)."""
+        if self.mode == "cold" and self.device == "cpu":
+            note = samplers.eviction_note(self.cache_bytes, self.device)
+            return [note] if note else []
+        return []
+
+    # --- samplers --------------------------------------------------------------------------------------------
+
+    def sampler(self, contender: Contender, estimate: float) -> Any:
+        """The sampler of this mode for ``contender``, sized from its warm-up ``estimate`` (seconds per call)."""
+        fn, evicted = contender.fn, samplers.eviction_bytes(self.cache_bytes, self.device) >> 20
+        if self.device == "cpu":
+            sampler = samplers.CpuSampler(fn, self.mode, self.flush if self.mode == "cold" else None, estimate)
+            sampler.method = (f"cold: one call per sample, timed with perf_counter_ns after reading {evicted} MiB"
+                              if self.mode == "cold" else _hot_method(sampler.calls_per_sample, "perf_counter_ns"))
+            return sampler
+        if self.mode == "graph":
+            from kernelkit.measure.graph import GraphSampler
+
+            return GraphSampler(fn, estimate, self.cache_bytes, args=contender.args, make_call=contender.make_call,
+                                per_call_bytes=contender.working_set, warm=self.graph_warm, clock=self.clock)
+        if self.mode == "kernel":
+            from kernelkit.measure.kernel_time import KernelSampler
+
+            return KernelSampler(fn, self.kernel_timer, self.flush)
+        if self.mode == "hot":
+            sampler = samplers.HotSampler(fn, estimate, self.clock)
+            sampler.method = _hot_method(sampler.calls_per_sample, "one CUDA event pair")
+            return sampler
+        sampler = samplers.EventSampler(fn, self.flush, self.clock)
+        sampler.method = f"cold: a CUDA event pair around each call, after reading {evicted} MiB (2x the L2)"
+        return sampler
+
+    def warmup_sampler(self, fn: Callable[[], Any]) -> Any:
+        """Warm-up times single calls back to back in every mode; the estimate sizes batches and graph captures."""
+        if self.device == "cpu":
+            return samplers.CpuSampler(fn, "cold", None)  # one call per sample, nothing evicted
+        return samplers.EventSampler(fn, None)
+
+    # --- kernel time -----------------------------------------------------------------------------------------
+
+    @property
+    def kernel_timer(self) -> KernelTimer:
+        if self._kernel_timer is None:
+            from kernelkit.measure.kernel_time import KernelTimer
+
+            self._kernel_timer = KernelTimer.open()
+        return self._kernel_timer
+
+    def kernel_times(self, fns: Sequence[Callable[[], Any]], calls: Sequence[int]) -> list[float | None]:
+        """Median device time of each callable's own work over ``calls[i]`` calls, all in one tracing session
+        (starting one costs a good fraction of a second), evicted first in cold mode; None where a callable
+        launched nothing or the tracing failed."""
+        from kernelkit.measure.stats import quantile
+
+        flat = [fn for fn, n in zip(fns, calls, strict=True) for _ in range(n)]
+        try:
+            times = self.kernel_timer.times(flat, self.flush if self.mode == "cold" else None)
+        except MeasureError:
+            return [None] * len(fns)
+        out: list[float | None] = []
+        at = 0
+        for n in calls:
+            mine = sorted(times[at:at + n])
+            at += n
+            out.append(quantile(mine, 0.5) if any(mine) else None)
+        return out
+
+    def close(self) -> None:
+        if self.clock is not None:
+            self.clock.close()
+        self._flush = None
+
+
+def _hot_method(calls: int, clock: str) -> str:
+    return (f"hot: {calls} back-to-back calls per sample between {clock}; a sample is their mean "
+            "(spread figures describe means of that many calls)")
