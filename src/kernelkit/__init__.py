@@ -14,11 +14,13 @@ The public API is small::
 
     m = kk.bench(torch.square, x)             # any callable: cold-L2 median with spread, n, how it stopped
     sweep = kk.bench_op("square")             # every impl vs eager and torch.compile, % of the calibrated ceiling
+    kk.doctor()                               # can this machine's timings be trusted? a verdict per timing mode
 """
 
 from kernelkit.backends.compiled import compile_seconds
 from kernelkit.backends.cuda import CudaKernel, InlineExtension, cuda_kernel, load_inline
 from kernelkit.codegen import GeneratedCode, codegen
+from kernelkit.doctor import DoctorReport, doctor
 from kernelkit.errors import BackendUnavailable, CompileError, KernelkitError, LaunchError, LoadError, SpecError
 from kernelkit.measure.device import Ceilings, calibrate
 from kernelkit.measure.measurement import BenchResult, Measurement
@@ -48,6 +50,7 @@ __all__ = [
     "CaseResult",
     "CompileError",
     "CudaKernel",
+    "DoctorReport",
     "GeneratedCode",
     "Impl",
     "InlineExtension",
@@ -66,6 +69,7 @@ __all__ = [
     "check",
     "codegen",
     "compile_seconds",
+    "doctor",
     "cuda_kernel",
     "load_inline",
     "nvtx",

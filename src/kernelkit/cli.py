@@ -13,7 +13,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from kernelkit import __version__, cli_bench, cli_profile, loader, runner
+from kernelkit import __version__, cli_bench, cli_doctor, cli_profile, loader, runner
 from kernelkit.errors import CompileError, KernelkitError
 from kernelkit.ops import BUILTIN_OPS
 from kernelkit.report.table import print_report
@@ -211,6 +211,7 @@ def _report_json(report: runner.RunReport) -> dict[str, object]:
 
 cli_profile.register(app)  # profile, ncu, asm
 cli_bench.register(app)  # bench, calibrate, runs, compare
+cli_doctor.register(app)  # doctor
 
 
 def main() -> None:

@@ -23,6 +23,7 @@ from kernelkit.demo_steps import DemoContext, Outcome
 EXIT_FAILED, EXIT_INTERRUPTED = 1, 130
 RESULT_STYLE = {"ok": "[green]ok[/]", "failed": "[bold red]FAILED[/]", "skipped": "[yellow]skipped[/]"}
 NEXT_COMMANDS = (
+    ("kernelkit doctor", "can this machine's timings be trusted? a verdict per timing mode"),
     ("kernelkit ops", "every built-in op and its impls"),
     ("kernelkit check softmax --impl triton_online --dtypes bf16", "one impl, one dtype, all the op's sizes"),
     ("kernelkit bench square", "every impl at every bench size, stored"),

@@ -1,0 +1,199 @@
+"""The doctor's cross-check of the timing modes: two reference kernels timed in every mode the device has, against
+each other and, for the large one, against Nsight Compute when it may read the counters; a verdict per mode.
+
+The references are the built-in op ``square``'s eager impl (torch.square: one kernel that reads and writes every
+element, a copy in all but name): large enough to stream past the cache (2^26 floats, 256 MiB each way, on a
+GPU; 2^22 on the CPU), and tiny (4096 floats), where launch cost dominates and the modes must differ.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from kernelkit.doctor.report import Check, DoctorReport
+from kernelkit.measure.measurement import Measurement
+
+# How far a mode may read from its reference on the large kernel: ncu for cold and kernel mode (cold mode held
+# within 1.4% of ncu on an H100), cold mode for graph (rotating copies) and hot (past the L2 both stream).
+TOLERANCE = {"cold": 0.02, "kernel": 0.03, "graph": 0.05, "hot": 0.05}
+FAIL_FACTOR = 3  # further than this many tolerances: the mode is broken, not noisy
+ORDER_SLACK = 0.10  # tiny kernel: a mode that must read below another may exceed it by this much (noise)
+Bench = Callable[..., Measurement]
+NcuTime = Callable[[int], float]  # elements of the square case -> device seconds per call measured by ncu
+
+
+@dataclass(frozen=True)
+class Reference:
+    name: str  # "large" or "tiny"
+    elements: int  # float32 elements of x in square(x)
+    what: str
+
+
+def references(device: str) -> list[Reference]:
+    large = 1 << 26 if device == "cuda" else 1 << 22
+    mib = large * 4 >> 20
+    return [Reference("large", large, f"square over {large:,} float32 ({mib} MiB in, {mib} MiB out)"),
+            Reference("tiny", 4096, "square over 4,096 float32 (16 KiB): launch cost dominates")]
+
+
+def modes_for(device: str) -> tuple[str, ...]:
+    return ("cold", "hot", "graph", "kernel") if device == "cuda" else ("cold", "hot")
+
+
+def cross_check(report: DoctorReport, device: str, bench: Bench, ncu_time: NcuTime | None, budget: float) -> None:
+    """Time each reference in each mode, ask ncu (when given) for the large one, and add a verdict per mode."""
+    from kernelkit.target import prepare_case
+
+    for ref in references(device):
+        case = prepare_case("square", "eager", size=(ref.elements,), dtype="float32", device=device)
+        medians: dict[str, float | None] = {}
+        flagged: dict[str, bool] = {}
+        for mode in modes_for(device):
+            try:
+                m = bench(case.impl.fn, *case.inputs, mode=mode, budget=budget, label=f"doctor {ref.name} {mode}")
+            except Exception as exc:  # noqa: BLE001 - a mode that cannot time is itself a finding
+                medians[mode] = None
+                report.checks.append(Check(f"{ref.name}: {mode}", "fail", f"could not time it: {exc}"))
+                continue
+            medians[mode] = m.median
+            flagged[mode] = any("launch-bound" in w for w in m.warnings)
+        if ncu_time is not None:
+            medians["ncu"] = _ncu(report, ref, ncu_time)
+        report.timings[f"{ref.name}: {ref.what}"] = medians
+        if ref.name == "tiny":
+            report.checks.extend(tiny_verdicts(medians, flagged, ref.name))
+        elif device == "cuda":
+            report.checks.extend(large_verdicts(medians, flagged, ref.name))
+        else:
+            report.checks.extend(cpu_large_notes(medians, ref.name))
+        if device != "cuda":
+            report.checks.append(Check(f"{ref.name}: graph, kernel", "skipped", "need a GPU"))
+
+
+def _ncu(report: DoctorReport, ref: Reference, ncu_time: NcuTime) -> float | None:
+    from kernelkit.profiling.ncu import NcuError, NcuPermissionError
+
+    if any(c.topic == "ncu" and c.status == "warn" for c in report.checks):
+        return None  # locked or broken: said once already
+    try:
+        seconds = ncu_time(ref.elements)
+    except NcuPermissionError as exc:
+        report.checks.append(Check("ncu", "warn", str(exc).splitlines()[0]))
+        return None
+    except NcuError as exc:
+        report.checks.append(Check("ncu", "warn", f"ncu ran but gave no time: {str(exc).splitlines()[0]}"))
+        return None
+    if not any(c.topic == "ncu" and c.status == "ok" for c in report.checks):
+        report.checks.append(Check("ncu", "ok", "allowed to read the GPU's counters (ERR_NVGPUCTRPERM did not "
+                                                "come up)"))
+    return seconds
+
+
+def _verdict(topic: str, value: float, base: float, base_name: str, tolerance: float) -> Check:
+    diff = value / base - 1
+    if abs(diff) <= tolerance:
+        return Check(topic, "ok", f"{_t(value)}: within {abs(diff):.1%} of {base_name} ({_t(base)})")
+    status = "warn" if abs(diff) <= FAIL_FACTOR * tolerance else "fail"
+    return Check(topic, status, f"{_t(value)}: {diff:+.1%} from {base_name} ({_t(base)}), more than the "
+                                f"{tolerance:.0%} a kernel this large allows; do not trust this mode here yet")
+
+
+def large_verdicts(medians: dict[str, float | None], flagged: dict[str, bool], name: str = "large") -> list[Check]:
+    """Cold and kernel mode against ncu (else kernel against cold), graph and hot against cold."""
+    cold, ncu = medians.get("cold"), medians.get("ncu")
+    checks = []
+    for mode in ("cold", "kernel", "graph", "hot"):
+        value = medians.get(mode)
+        if value is None:
+            continue
+        if mode in ("cold", "kernel") and ncu:
+            checks.append(_verdict(f"{name}: {mode}", value, ncu, "ncu", TOLERANCE[mode]))
+        elif mode == "cold":
+            checks.append(Check(f"{name}: cold", "info", f"{_t(value)}: the reference here (no ncu to compare with)"))
+        elif cold:
+            checks.append(_verdict(f"{name}: {mode}", value, cold, "cold", TOLERANCE[mode]))
+        if flagged.get(mode):
+            checks.append(Check(f"{name}: {mode}", "fail", "a launch-bound warning on a kernel this large: the "
+                                                          "launch-bound diagnosis is wrong here"))
+    return checks
+
+
+def cpu_large_notes(medians: dict[str, float | None], name: str = "large") -> list[Check]:
+    """On the CPU the large reference only shows the two modes side by side: CPU timings are no GPU yardstick,
+    and a shared CPU's noise is larger than any tolerance worth holding them to."""
+    cold, hot = medians.get("cold"), medians.get("hot")
+    checks = []
+    if cold is not None:
+        checks.append(Check(f"{name}: cold", "info", f"{_t(cold)} per call, cache evicted before each"))
+    if hot is not None:
+        ratio = f" ({hot / cold:.2f}x cold: past the cache both stream from memory)" if cold else ""
+        checks.append(Check(f"{name}: hot", "info", f"{_t(hot)} per call back to back{ratio}"))
+    return checks
+
+
+def tiny_verdicts(medians: dict[str, float | None], flagged: dict[str, bool], name: str = "tiny") -> list[Check]:
+    """Where launch cost dominates the modes must differ, in this order: kernel <= graph <= cold (GPU), and on the
+    CPU cold (cache evicted) no faster than hot."""
+    cold, hot, graph, kernel = (medians.get(m) for m in ("cold", "hot", "graph", "kernel"))
+    ncu = medians.get("ncu")
+    checks = []
+    if kernel is not None:
+        others = [v for v in (cold, hot, graph) if v is not None]
+        below = all(kernel <= (1 + ORDER_SLACK) * v for v in others)
+        checks.append(Check(f"{name}: kernel", "ok" if below else "warn",
+                            f"{_t(kernel)}: the device time alone" + (", below every other mode" if below else
+                                                                      ", yet above another mode: check the tracing")))
+    if graph is not None and cold is not None:
+        ok = graph <= (1 + ORDER_SLACK) * cold
+        checks.append(Check(f"{name}: graph", "ok" if ok else "warn",
+                            f"{_t(graph)}: no launch cost" + (f", so below cold's {_t(cold)}" if ok else
+                                                              f", yet above cold's {_t(cold)}")))
+    if cold is not None:
+        checks.append(Check(f"{name}: cold", "info", f"{_t(cold)}: each call alone, cache evicted first"
+                                                     + (" (launch included)" if kernel is not None else "")))
+    if hot is not None:
+        if kernel is not None:
+            expected = hot > 1.5 * kernel and hot - kernel > 5e-6
+            right = flagged.get("hot", False) == expected
+            checks.append(Check(f"{name}: hot", "ok" if right else "warn",
+                                f"{_t(hot)} per call: the rate back-to-back calls are issued; launch-bound "
+                                f"warning {'given' if flagged.get('hot') else 'not given'}"
+                                + ("" if right else ", which disagrees with the kernel time")))
+        elif cold is not None:
+            ok = cold >= (1 - ORDER_SLACK) * hot
+            checks.append(Check(f"{name}: hot", "ok" if ok else "warn",
+                                f"{_t(hot)} per call back to back, cold {_t(cold)}"
+                                + ("" if ok else ": cold read faster than hot, so the timings are noise here")))
+    if ncu:
+        checks.append(Check(f"{name}: ncu", "info", f"{_t(ncu)}: Nsight Compute's time carries a floor of ~2 us "
+                                                    "per kernel, so a tiny kernel is not compared with it"))
+    return checks
+
+
+def _t(seconds: float) -> str:
+    from kernelkit.report.bench_table import format_time
+
+    return format_time(seconds)
+
+
+def ncu_time_of_square(elements: int) -> float:
+    """Device seconds of one call of square's eager impl at ``elements`` float32, from Nsight Compute
+    (gpu__time_duration.sum over its kernels, --clock-control none, caches flushed by ncu)."""
+    from kernelkit.profiling.ncu import run_ncu
+
+    report = run_ncu("square", "eager", size=str(elements), dtype="float32", timeout=120.0)
+    total = sum(k.summary()["duration_ns"] or 0.0 for k in report.kernels)
+    return total / 1e9
+
+
+def ncu_presence() -> tuple[Check, Any]:
+    """(the ncu check, its path or None)."""
+    from kernelkit.profiling.ncu import NcuNotFound, find_ncu
+
+    try:
+        path = find_ncu()
+    except NcuNotFound as exc:
+        return Check("ncu", "warn", f"{str(exc).split('. ')[0]}: timings are cross-checked between modes only"), None
+    return Check("ncu", "info", f"found at {path}"), path
