@@ -1,6 +1,7 @@
 """`kernelkit demo`: one real CPU run (shared by the slow tests), and the step guard with fake steps (fast)."""
 
 import io
+import time
 from pathlib import Path
 
 import pytest
@@ -121,6 +122,23 @@ def test_the_cpu_bench_times_only_impls_that_run_on_the_cpu():
     assert not any(name.startswith("cuda") for name in impls)
     assert "eager" not in impls and "compile" not in impls  # baselines come with every sweep; naming one isolates it
     assert demo_steps.bench_impls("square", "cuda") == []  # all of them
+
+
+def test_the_timing_step_passes_quickly_on_a_huge_last_level_cache(monkeypatch):
+    from kernelkit.measure import fingerprint
+
+    monkeypatch.setattr(fingerprint, "cpu_caches", lambda: [(2, "Unified", 4 << 20), (3, "Unified", 480 << 20)])
+    buffer = io.StringIO()
+    began = time.perf_counter()
+    outcome = demo_steps.timing_step(demo_steps.DemoContext(Console(file=buffer, width=200), "cpu", 60.0))
+    assert outcome.status == "ok", buffer.getvalue()
+    assert time.perf_counter() - began < 15  # it read 2 x 480 MiB before every sample; now 64 MiB at most
+    assert "reads 64 MiB before each sample, not 2x the 480 MiB last-level cache" in buffer.getvalue()
+
+
+def test_the_cpu_bench_uses_each_ops_smallest_cpu_size():
+    sweeps = {planned.op: planned for planned in demo_steps.bench_sweeps("cpu", quick=False)}
+    assert sweeps["square"].sizes == ((1, 257),) and sweeps["softmax"].sizes == ((7, 33),)
 
 
 def test_gpu_sweeps_stay_small():
