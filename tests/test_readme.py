@@ -19,3 +19,11 @@ def test_readme_starts_with_exactly_two_setup_commands():
 def test_ci_runs_the_readme_test_command_word_for_word():
     ci = (ROOT / ".ci" / "run").read_text().splitlines()
     assert setup_commands()[1] in [line.strip() for line in ci]
+
+
+def test_ci_runs_the_readme_first_command_after_the_tests_and_describes_the_machine_first():
+    ci = [line.strip() for line in (ROOT / ".ci" / "run").read_text().splitlines()]
+    demo = setup_commands()[0].split("&&")[-1].strip()  # kernelkit demo
+    tests = ci.index(setup_commands()[1])
+    assert any(line.startswith(demo) for line in ci[tests + 1:])
+    assert any("/proc/cpuinfo" in line for line in ci[:tests]) and any("cache" in line for line in ci[:tests])
