@@ -38,7 +38,7 @@ def can_compile() -> bool:
     from kernelkit.errors import BackendUnavailable
 
     try:
-        build._find_compiler()
+        build.find_compiler()
     except BackendUnavailable:
         return False
     return True

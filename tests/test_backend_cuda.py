@@ -12,7 +12,6 @@ import numpy as np
 import pytest
 import torch
 
-from kernelkit.backends import cuda as cuda_backend
 from kernelkit.backends.cuda import (
     CudaKernel,
     Param,
@@ -45,7 +44,7 @@ extern "C" __global__ void broken_kernel(float* x_ptr) {
 
 def _can_compile() -> bool:
     try:
-        cuda_backend._find_compiler()
+        cuda_build.find_compiler()
     except BackendUnavailable:
         return False
     return True
@@ -179,9 +178,9 @@ def test_error_in_cu_file_points_at_the_file(tmp_path: Path) -> None:
 
 def test_source_text_is_located_nearest_the_call() -> None:
     lines = ['k = """', "  a(", "  b;", '"""', 'j = """a(', 'b;"""', "call()"]  # two copies of the text
-    assert cuda_backend._locate("\na(\nb;\n", lines, call_line=7) == 4  # the nearer one, begun on its quote line
-    assert cuda_backend._locate("\na(\nb;\n", lines, call_line=1) == 1
-    assert cuda_backend._locate("not in the file", lines, call_line=7) == 7
+    assert cuda_build.locate_source("\na(\nb;\n", lines, call_line=7) == 4  # the nearer one, begun on its quote line
+    assert cuda_build.locate_source("\na(\nb;\n", lines, call_line=1) == 1
+    assert cuda_build.locate_source("not in the file", lines, call_line=7) == 7
 
 
 def test_relative_cu_path_is_found_beside_the_caller(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -19,8 +19,9 @@ import torch
 
 import kernelkit.ops
 from kernelkit import backends
-from kernelkit.backends.cuda import BuiltExtension, InlineExtension, default_arch, inline_check, load_inline
+from kernelkit.backends.cuda import BuiltExtension, InlineExtension, default_arch, inline_plan, load_inline
 from kernelkit.backends.cuda import inline as inline_backend
+from kernelkit.backends.cuda.inline_plan import find_nvcc
 from kernelkit.errors import BackendUnavailable, CompileError, LoadError, SpecError
 from kernelkit.spec import Impl
 
@@ -40,7 +41,7 @@ torch::Tensor broken(torch::Tensor x) {
 
 def _has_nvcc() -> bool:
     try:
-        inline_backend._nvcc(loadable=False)
+        find_nvcc(loadable=False)
     except BackendUnavailable:
         return False
     return True
@@ -156,7 +157,7 @@ def test_missing_nvcc_is_backend_unavailable(tmp_path: Path, monkeypatch: pytest
     for name in ("CUDA_HOME", "CUDA_PATH"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("PATH", str(tmp_path))
-    monkeypatch.setattr(inline_check, "DEFAULT_CUDA_HOME", tmp_path / "cuda")
+    monkeypatch.setattr(inline_plan, "DEFAULT_CUDA_HOME", tmp_path / "cuda")
     with pytest.raises(BackendUnavailable, match="install the CUDA toolkit"):
         _square_ext().compile()
 
@@ -176,13 +177,13 @@ def test_ninja_output_is_reduced_to_the_compiler_messages() -> None:
               "FAILED: [code=2] cuda.cuda.o \n/usr/local/cuda/bin/nvcc -c cuda.cu -o cuda.cuda.o\n"
               '/work/ops.py(12): error: identifier "y" is undefined\n\n'
               "1 error detected in the compilation of \"cuda.cu\".\nninja: build stopped: subcommand failed.\n")
-    assert inline_backend._compiler_log(output).splitlines() == [
+    assert inline_backend.compiler_log(output).splitlines() == [
         '/work/ops.py(12): error: identifier "y" is undefined', '1 error detected in the compilation of "cuda.cu".']
 
 
 @pytest.mark.parametrize(("arch", "torch_arch"), [("sm_90", "9.0"), ("sm_90a", "9.0a"), ("sm_100", "10.0")])
 def test_arch_is_spelled_for_torch_cuda_arch_list(arch: str, torch_arch: str) -> None:
-    assert inline_backend._torch_arch(arch) == torch_arch
+    assert inline_backend.torch_arch(arch) == torch_arch
 
 
 # ---- GPU: the real build, calls, and the cache in a new process -------------------------------------------------

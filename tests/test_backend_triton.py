@@ -78,12 +78,12 @@ def test_do_bench_returns_what_triton_does() -> None:
     }
     triton_own = getattr(triton.testing, "_summarize_statistics", None)  # private: 3.6 to 3.9 have it
     for (quantiles, mode), want in expected.items():
-        got = triton_backend._summarize(list(times), quantiles, mode)
+        got = triton_backend.summarize_times(list(times), quantiles, mode)
         assert got == pytest.approx(want) and type(got) is type(want), (quantiles, mode)
         if triton_own is not None:
             assert got == pytest.approx(triton_own(list(times), quantiles, mode))
     with pytest.raises(ValueError, match="return_mode"):
-        triton_backend._summarize(times, None, "average")
+        triton_backend.summarize_times(times, None, "average")
 
 
 def test_do_bench_on_a_gpu_delegates_to_triton(monkeypatch: pytest.MonkeyPatch) -> None:

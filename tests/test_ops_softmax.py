@@ -19,7 +19,7 @@ import kernelkit as kk
 from kernelkit import verify
 from kernelkit.ops import softmax as softmax_module
 from kernelkit.ops import softmax_triton
-from kernelkit.profiling.asm import disassemble, find_tool
+from kernelkit.profiling.sass import disassemble, find_tool
 from kernelkit.results import Status
 from kernelkit.spec import TOLERANCES, seeded_normal
 

@@ -8,17 +8,10 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
+from kernelkit.backends.cuda.asm import ptx_entry
 from kernelkit.errors import BackendUnavailable, CompileError, LoadError, SpecError
-from kernelkit.profiling.asm import (
-    AsmReport,
-    SassMemory,
-    inspect,
-    memory_ops,
-    parse_ptxas_log,
-    parse_res_usage,
-    split_sass,
-)
-from kernelkit.profiling.asm_cuda import ptx_entry
+from kernelkit.profiling.asm import AsmReport, inspect
+from kernelkit.profiling.sass import SassMemory, memory_ops, parse_ptxas_log, parse_res_usage, split_sass
 
 # nvdisasm -c of square.cu for sm_90 (NVRTC), trimmed to a few instructions per function.
 NVDISASM = """\

@@ -215,15 +215,16 @@ def bench_sweeps(device: str, quick: bool) -> list[Sweep]:
 
 
 def bench_impls(op_name: str, device: str) -> list[str]:
-    """Every impl on a GPU (an empty list: all); on the CPU those that run there (no CUDA C++). The baselines
-    (eager, compile) come with every sweep, so they are not named (naming one would time it alone)."""
-    from kernelkit import loader
+    """Every impl on a GPU (an empty list: all); on the CPU those whose backend runs there (no CUDA C++). The
+    baselines (eager, compile) come with every sweep, so they are not named (naming one would time it alone)."""
+    from kernelkit import backends, loader
     from kernelkit.sweep import BASELINES
 
     if device == "cuda":
         return []
     op = loader.find_op(op_name)
-    return [name for name, impl in op.impls.items() if impl.backend != "cuda" and name not in BASELINES]
+    return [name for name, impl in op.impls.items()
+            if backends.backend(impl.backend).runs_on(device) and name not in BASELINES]
 
 
 def bench_step(ctx: DemoContext) -> Outcome:
@@ -329,7 +330,8 @@ def profile_step(ctx: DemoContext) -> Outcome:
 
 def asm_step(ctx: DemoContext) -> Outcome:
     """kk.asm of square's cuda_vec4 and the summary the `asm` command prints, then what it says."""
-    from kernelkit.profiling.asm import SassMemory, inspect, print_summary
+    from kernelkit.profiling.asm import inspect, print_summary
+    from kernelkit.profiling.sass import SassMemory
 
     report = inspect("square", "cuda_vec4")
     print_summary(report, ctx.console)

@@ -8,6 +8,8 @@ A user writes::
 
     @square.impl("triton_flat")         # the backend is read off the name's first word
     def square_triton_flat(x): ...
+
+The backends an impl can name are kernelkit.backends' registry (``backends.names()``).
 """
 
 from __future__ import annotations
@@ -20,11 +22,12 @@ from typing import Any
 
 import torch
 
+from kernelkit import backends
 from kernelkit.errors import SpecError
 
-BACKENDS = ("eager", "compile", "triton", "cuda", "numba")
-# Impls every op has without registering them, derived from its reference (see backends/compiled.py). They run
-# when named (--impl compile); an impl the user registers under the same name replaces the derived one.
+# Impls every op has without registering them, derived from its reference by the backend of the same name (see
+# backends/compiled.py). They run when named (--impl compile); an impl the user registers under the same name
+# replaces the derived one.
 BASELINES = ("compile",)
 
 # Per-dtype floor of the tolerance: (atol, rtol). An element passes when it is within this floor plus twice
@@ -144,9 +147,8 @@ class Op:
 
         They run when named (``--impl compile``); built lazily because torch.compile is heavy to import.
         """
-        from kernelkit.backends import compiled
-
-        return {name: compiled.baseline_impl(self) for name in BASELINES if name not in self.impls}
+        derived = {name: backends.baseline_impl(name, self) for name in BASELINES if name not in self.impls}
+        return {name: impl for name, impl in derived.items() if impl is not None}
 
     def all_impls(self) -> dict[str, Impl]:
         """Registered impls, in order, then the baselines."""
@@ -173,8 +175,9 @@ class Op:
         An impl named ``compile`` replaces the op's torch.compile baseline of that name.
         """
         resolved = backend or _backend_from_name(name)
-        if resolved not in BACKENDS:
-            raise SpecError(f"impl {name!r} of op {self.name!r}: unknown backend {resolved!r}; use one of {BACKENDS}")
+        if resolved not in backends.names():
+            raise SpecError(f"impl {name!r} of op {self.name!r}: unknown backend {resolved!r}; use one of "
+                            f"{backends.names()}")
         if name in self.impls:
             raise SpecError(f"op {self.name!r} already has an impl named {name!r}; give each impl its own name")
 
@@ -213,9 +216,10 @@ class Op:
 
 def _backend_from_name(name: str) -> str:
     head = name.split("_")[0]
-    if head in BACKENDS:
+    if head in backends.names():
         return head
-    raise SpecError(f"cannot tell the backend of impl {name!r}: start its name with one of {BACKENDS} or pass backend=")
+    raise SpecError(f"cannot tell the backend of impl {name!r}: start its name with one of {backends.names()} or "
+                    "pass backend=")
 
 
 def _default_inputs(reference: Callable[..., Any]) -> InputFactory:

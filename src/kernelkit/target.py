@@ -22,6 +22,7 @@ class CaseSetup:
     dtype: torch.dtype
     device: str
     inputs: tuple[Any, ...]
+    source: str = ""  # where the op is defined (a module name or a .py path), to load it again in another process
 
     @property
     def label(self) -> str:
@@ -56,7 +57,7 @@ def prepare_case(
     if build:
         backends.ensure_runnable(chosen, case_dtype, dev)
     inputs = tuple(op.make_inputs(case_size, case_dtype, torch.device(dev), seed))
-    return CaseSetup(op, chosen, case_size, case_dtype, dev, inputs)
+    return CaseSetup(op, chosen, case_size, case_dtype, dev, inputs, loader.resolve(target))
 
 
 def pick(

@@ -1,120 +1,121 @@
-"""Backends: what each needs from the process, and whether an impl of it can run here.
+"""Backends: the registry of the ways an impl can run, and what the rest of kernelkit asks of them.
 
-Nothing here runs at import. ``prepare_process`` must be called before user code imports triton or numba
-(the runner does it first thing in every worker, and the CLI before loading user files).
+Each backend is a ``Backend`` (base.py) in its own module. The built-in ones are listed in ``BUILTIN`` by where
+they live and imported on first use; a user's file can add one with ``register(MyBackend())`` before its impls
+are declared (a worker imports that file too, so the backend is there as well).
+
+Nothing here runs at import. ``prepare_process`` must be called before user code imports triton or numba: every
+entry point does it by opening its target (``kernelkit.target.open_target``), and every worker first thing.
 """
 
 from __future__ import annotations
 
-import os
-from typing import Any
+import importlib
+from typing import TYPE_CHECKING, Any
 
-import torch
+from kernelkit.backends.base import Backend
+from kernelkit.errors import BackendUnavailable, SpecError
 
-from kernelkit.errors import BackendUnavailable
-from kernelkit.spec import Impl, Op, dtype_name
+if TYPE_CHECKING:
+    import torch
+
+    from kernelkit.spec import Impl, Op
+
+__all__ = ["BUILTIN", "Backend", "backend", "baseline_impl", "build_details", "build_state", "cuda_context_lost",
+           "ensure_runnable", "every_backend", "is_compile_error", "names", "prepare_process", "register"]
+
+# The built-in backends, by name: "module:class", imported when first asked for. One line per backend.
+BUILTIN: dict[str, str] = {
+    "eager": "kernelkit.backends.eager:EagerBackend",
+    "compile": "kernelkit.backends.compiled:CompileBackend",
+    "triton": "kernelkit.backends.triton.backend:TritonBackend",
+    "cuda": "kernelkit.backends.cuda.backend:CudaBackend",
+    "numba": "kernelkit.backends.numba:NumbaBackend",
+}
+
+_loaded: dict[str, Backend] = {}
+_added: dict[str, Backend] = {}  # registered at run time, in registration order
+
+
+def register(backend: Backend) -> Backend:
+    """Add ``backend`` under its name (impls whose name starts with it then belong to it); returns it.
+
+    Registering the same name again replaces the earlier one (a user's file may be imported more than once); a
+    built-in backend's name cannot be taken.
+    """
+    if not backend.name or not backend.name.isidentifier() or "_" in backend.name:
+        raise SpecError(f"backend name {backend.name!r}: use one word of letters and digits (impl names start with "
+                        "it, followed by '_')")
+    if backend.name in BUILTIN:
+        raise SpecError(f"{backend.name!r} is a built-in backend; give yours another name")
+    _added[backend.name] = backend
+    return backend
+
+
+def names() -> tuple[str, ...]:
+    """Every backend's name: the built-in ones, then those registered at run time."""
+    return (*BUILTIN, *_added)
+
+
+def backend(name: str) -> Backend:
+    """The backend called ``name``; SpecError naming the known ones if there is none."""
+    if name in _added:
+        return _added[name]
+    if name not in _loaded:
+        if name not in BUILTIN:
+            raise SpecError(f"unknown backend {name!r}; use one of {', '.join(names())}")
+        module, _, cls = BUILTIN[name].partition(":")
+        _loaded[name] = getattr(importlib.import_module(module), cls)()
+    return _loaded[name]
+
+
+def every_backend() -> list[Backend]:
+    """Every backend, built-in ones first (each imported on first use)."""
+    return [backend(name) for name in names()]
 
 
 def prepare_process(device: str) -> None:
-    """Set up this process for ``device`` before any kernel DSL is imported.
+    """Set up this process for ``device`` before any kernel DSL is imported: each backend says what it needs.
 
     On the CPU, Triton runs in its interpreter and Numba in its CUDA simulator; on a GPU both run for real.
-    numba-cuda 0.30 still calls ``numpy.row_stack``, removed in numpy 2.5; ``vstack`` is the same function.
     """
-    on_cpu = "1" if device == "cpu" else "0"
-    os.environ["TRITON_INTERPRET"] = on_cpu
-    os.environ["NUMBA_ENABLE_CUDASIM"] = on_cpu
-    import numpy
-
-    if not hasattr(numpy, "row_stack"):
-        numpy.row_stack = numpy.vstack
+    for each in every_backend():
+        each.prepare_process(device)
 
 
 def ensure_runnable(impl: Impl, dtype: torch.dtype, device: str) -> None:
     """Raise BackendUnavailable (the case is SKIPPED) or CompileError; return when the impl can run."""
     if impl.dtypes and dtype not in impl.dtypes:
-        names = ", ".join(dtype_name(d) for d in impl.dtypes)
-        raise BackendUnavailable(f"impl {impl.name!r} supports {names} only")
-    if impl.backend == "triton":
-        _require_triton(dtype, device)
-    elif impl.backend == "numba":
-        from kernelkit.backends import numba as numba_backend
-
-        numba_backend.cuda_module()
-    elif impl.backend == "cuda":
-        _compile_then_require_gpu(impl, device)
-
-
-def _require_triton(dtype: torch.dtype, device: str) -> None:
-    try:
-        import triton  # noqa: F401
-    except ImportError as exc:
-        raise BackendUnavailable(f"triton is not installed ({exc}); pip install 'kernelkit[triton]'") from None
-    if device == "cpu" and dtype == torch.bfloat16:
-        raise BackendUnavailable("the Triton interpreter computes bfloat16 wrongly; run bf16 cases with --device cuda")
-
-
-def _compile_then_require_gpu(impl: Impl, device: str) -> None:
-    built = [k.compile() for k in impl.kernels]  # a syntax error is caught even where nothing can run
-    if device == "cuda":
-        return
-    where = "no GPU" if not torch.cuda.is_available() else "CUDA kernels run only with --device cuda"
-    if not built:
-        raise BackendUnavailable(f"{where} (the impl lists no kernels to compile)")
-    raise BackendUnavailable(f"{where}; it compiled: {', '.join(_build_summary(b) for b in built)}")
-
-
-def _build_summary(build: object) -> str:
-    """'square_2d_kernel for sm_90 (nvrtc)': what was built, without timings that differ run to run."""
-    name, arch, compiler = (getattr(build, attr, None) for attr in ("name", "arch", "compiler"))
-    return f"{name} for {arch} ({compiler})" if name and arch and compiler else str(build)
+        allowed = ", ".join(str(d).removeprefix("torch.") for d in impl.dtypes)
+        raise BackendUnavailable(f"impl {impl.name!r} supports {allowed} only")
+    backend(impl.backend).ensure_runnable(impl, dtype, device)
 
 
 def build_state(op: Op, impl: Impl) -> dict[str, Any]:
     """What the impl's builds looked like before a call, for ``build_details`` to tell what the call built."""
-    state: dict[str, Any] = {}
-    if impl.backend == "triton":
-        from kernelkit.backends import triton as triton_backend
-
-        state["autotune"] = triton_backend.autotune_state(impl.kernels)
-    elif impl.backend == "compile":
-        from kernelkit.backends import compiled
-
-        state["compile_seconds"] = compiled.compile_seconds(op.name)
-    return state
+    return backend(impl.backend).build_state(op, impl)
 
 
 def build_details(op: Op, impl: Impl, before: dict[str, Any]) -> dict[str, Any]:
     """Autotuning (config chosen, seconds) and torch.compile time spent by the calls since ``build_state``."""
-    details: dict[str, Any] = {}
-    if "autotune" in before:
-        from kernelkit.backends import triton as triton_backend
-
-        tuning = triton_backend.autotune_details(impl.kernels, before["autotune"])
-        if tuning:
-            details["autotune"] = tuning
-    if "compile_seconds" in before:
-        from kernelkit.backends import compiled
-
-        spent = compiled.compile_seconds(op.name) - before["compile_seconds"]
-        if spent:
-            details["compile_seconds"] = spent
-    return details
+    return backend(impl.backend).build_details(op, impl, before)
 
 
 def is_compile_error(exc: BaseException) -> bool:
-    """Compiler errors raised by the kernel DSLs (Triton's CompilationError, Numba's TypingError, ...)."""
-    for cls in type(exc).__mro__:
-        module = cls.__module__ or ""
-        if module.startswith("triton") and cls.__name__ in ("CompilationError", "CompileTimeAssertionFailure"):
-            return True
-        if module.startswith("numba") and cls.__name__ in ("TypingError", "LoweringError", "UnsupportedError"):
-            return True
-    return False
+    """Whether any backend calls ``exc`` its compiler's error (Triton's CompilationError, Numba's TypingError, ...):
+    an impl of one backend may well launch another's kernels."""
+    return any(each.is_compile_error(exc) for each in every_backend())
+
+
+def baseline_impl(name: str, op: Op) -> Impl | None:
+    """The baseline impl ``name`` (eager, compile) derived from ``op``'s reference by the backend of that name."""
+    return backend(name).baseline_impl(op) if name in names() else None
 
 
 def cuda_context_lost() -> bool:
     """True when the CUDA context is unusable (a sticky error such as an illegal memory access)."""
+    import torch
+
     try:
         torch.cuda.synchronize()
         torch.ones(1, device="cuda").add_(1).item()

@@ -20,6 +20,7 @@ from typing import Any
 
 import torch
 
+from kernelkit.backends.base import Backend
 from kernelkit.errors import CompileError, SpecError
 from kernelkit.spec import Impl, Op
 
@@ -109,6 +110,23 @@ def baseline_impl(op: Op) -> Impl:
 
     description = "torch.compile of the reference: the baseline to beat (run it with --impl compile)"
     return Impl("compile", "compile", compile_baseline, description=description)
+
+
+class CompileBackend(Backend):
+    """Impls named ``compile``: the op's reference under torch.compile, built on its first call of each shape."""
+
+    name = "compile"
+    description = "torch.compile (inductor) of the reference"
+
+    def build_state(self, op: Op, impl: Impl) -> dict[str, Any]:
+        return {"compile_seconds": compile_seconds(op.name)}
+
+    def build_details(self, op: Op, impl: Impl, before: dict[str, Any]) -> dict[str, Any]:
+        spent = compile_seconds(op.name) - before.get("compile_seconds", 0.0)
+        return {"compile_seconds": spent} if spent else {}
+
+    def baseline_impl(self, op: Op) -> Impl:
+        return baseline_impl(op)
 
 
 def compile_seconds(op_name: str, mode: str | None = None) -> float:

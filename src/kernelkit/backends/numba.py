@@ -2,20 +2,55 @@
 
 from __future__ import annotations
 
+import os
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
+from kernelkit.backends.base import Backend
 from kernelkit.errors import BackendUnavailable, LaunchError
+
+if TYPE_CHECKING:
+    from kernelkit.spec import Impl
+
+# Numba's compiler errors (numba.core.errors), by class name: importing numba to test isinstance would be heavy.
+COMPILE_ERRORS = ("TypingError", "LoweringError", "UnsupportedError")
+
+
+class NumbaBackend(Backend):
+    """``@cuda.jit`` kernels: compiled for the GPU, or run in Numba's CUDA simulator on the CPU."""
+
+    name = "numba"
+    description = "Numba @cuda.jit kernels (the CUDA simulator on the CPU)"
+    packages = {"numba": "numba", "numba_cuda": "numba-cuda"}
+    no_asm = ("kernelkit asm does not support Numba impls yet ({impl!r}): Numba builds PTX for a GPU it can see, "
+              "and its CPU simulator has none; on a GPU, use the kernel's inspect_asm()")
+
+    def prepare_process(self, device: str) -> None:
+        """The simulator on the CPU (read when numba.cuda is first imported)."""
+        os.environ["NUMBA_ENABLE_CUDASIM"] = "1" if device == "cpu" else "0"
+        _restore_row_stack()
+
+    def ensure_runnable(self, impl: Impl, dtype: torch.dtype, device: str) -> None:
+        cuda_module()
+
+    def is_compile_error(self, exc: BaseException) -> bool:
+        return any((cls.__module__ or "").startswith("numba") and cls.__name__ in COMPILE_ERRORS
+                   for cls in type(exc).__mro__)
+
+
+def _restore_row_stack() -> None:
+    """numba-cuda 0.30 still calls ``numpy.row_stack``, removed in numpy 2.5; ``vstack`` is the same function."""
+    import numpy
+
+    if not hasattr(numpy, "row_stack"):
+        numpy.row_stack = numpy.vstack
 
 
 def cuda_module() -> ModuleType:
     """``numba.cuda``, imported on first use; BackendUnavailable (a SKIPPED reason) when it cannot be."""
-    import numpy
-
-    if not hasattr(numpy, "row_stack"):  # numba-cuda 0.30 calls it; numpy 2.5 removed it
-        numpy.row_stack = numpy.vstack
+    _restore_row_stack()
     try:
         from numba import cuda
     except Exception as exc:  # noqa: BLE001 - any import failure is a reason to skip, never a crash

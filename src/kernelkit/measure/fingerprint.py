@@ -19,7 +19,6 @@ from kernelkit.measure.clocks import ClockReader
 
 GIT_TIMEOUT_S = 5.0
 CPU_CACHE_DEFAULT = 32 << 20  # when /sys does not say: a typical server L3
-PACKAGES = {"triton": "triton", "numba": "numba", "numba_cuda": "numba-cuda", "cuda_core": "cuda-core"}
 
 
 # --- fingerprint -------------------------------------------------------------------------------------------------
@@ -29,7 +28,8 @@ def fingerprint(user_file: str | None = None) -> dict[str, Any]:
     """What a measurement ran on and with: device, versions, clocks, and the git state of ``user_file``.
 
     Never raises: whatever cannot be read is None. CPU-only: ``device_name`` is 'CPU: <model>', ``gpu_count`` 0
-    and the other GPU fields None. Package versions come from installed metadata; triton is never imported.
+    and the other GPU fields None. Package versions (those each backend names) come from installed metadata;
+    no kernel DSL is imported.
     """
     cpu = cpu_model()
     info: dict[str, Any] = {
@@ -45,7 +45,7 @@ def fingerprint(user_file: str | None = None) -> dict[str, Any]:
         "mem_clock_mhz": None,
         "throttle_reasons": None,
         "torch": torch.__version__,
-        **{key: _package_version(dist) for key, dist in PACKAGES.items()},
+        **{key: _package_version(dist) for key, dist in backend_packages().items()},
         "python": platform.python_version(),
         "platform": platform.platform(),
         "host": platform.node(),
@@ -59,6 +59,13 @@ def fingerprint(user_file: str | None = None) -> dict[str, Any]:
         info["user_file"] = str(Path(user_file).resolve())
         info["git_commit"], info["git_dirty"] = git_state(user_file)
     return info
+
+
+def backend_packages() -> dict[str, str]:
+    """Fingerprint key -> distribution, for every package a backend runs on (triton, numba, cuda-core, ...)."""
+    from kernelkit import backends
+
+    return {key: dist for each in backends.every_backend() for key, dist in each.packages.items()}
 
 
 def _gpu_fingerprint() -> dict[str, Any]:

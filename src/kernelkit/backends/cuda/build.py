@@ -1,4 +1,5 @@
-"""Building cubins: NVRTC (cuda.core) or nvcc, toolkit headers, local-include hashing, the on-disk cubin cache."""
+"""Building cubins: NVRTC (cuda.core) or nvcc, the target arch, toolkit headers, local-include hashing, the on-disk
+cubin cache, and where a kernel's source text sits in its file (for compiler errors)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -14,22 +16,33 @@ from functools import cache, partial
 from pathlib import Path
 from typing import Any
 
-from kernelkit.backends.cuda.signature import _COMMENT
+import torch
+
+from kernelkit.backends.cuda.signature import COMMENT
 from kernelkit.cache import cache_dir, write_atomic
 from kernelkit.errors import BackendUnavailable, CompileError
 
 NVCC_TIMEOUT_S = 300
+DEFAULT_OPTIONS = ("-std=c++17", "-lineinfo")  # line info lets profilers map SASS back to the user's lines
 _LOCAL_INCLUDE = re.compile(r'^\s*#\s*include\s*"([^"]+)"', re.M)
 
 
+def default_arch() -> str:
+    """``sm_XY`` of torch's current CUDA device; without a GPU, ``$KERNELKIT_CUDA_ARCH`` or sm_90 (H100)."""
+    if torch.cuda.is_available():
+        major, minor = torch.cuda.get_device_capability()
+        return f"sm_{major}{minor}"
+    return os.environ.get("KERNELKIT_CUDA_ARCH", "sm_90")
+
+
 @dataclass(frozen=True)
-class _Compiler:
+class Compiler:
     name: str
     version: str
     build: Callable[[str, str, str, Sequence[str], str], bytes]  # (text, file, arch, options, kernel)
 
 
-def _cuda_core() -> Any:
+def cuda_core() -> Any:
     """The cuda.core namespace: ``cuda.core`` since 0.4, ``cuda.core.experimental`` before."""
     try:
         core = importlib.import_module("cuda.core")
@@ -40,24 +53,24 @@ def _cuda_core() -> Any:
     return importlib.import_module("cuda.core.experimental")
 
 
-def _find_compiler() -> _Compiler:
+def find_compiler() -> Compiler:
     try:
-        _cuda_core()
+        cuda_core()
         _, major, minor = importlib.import_module("cuda.bindings.nvrtc").nvrtcVersion()  # loads libnvrtc
         bundled = (major, minor) >= (13, 3)  # NVRTC carries its own CUDA headers from 13.3
-        return _Compiler("nvrtc", f"nvrtc {major}.{minor}", partial(_nvrtc_build, bundled_headers=bundled))
+        return Compiler("nvrtc", f"nvrtc {major}.{minor}", partial(_nvrtc_build, bundled_headers=bundled))
     except (ImportError, OSError, RuntimeError) as exc:
         problem = f"{type(exc).__name__}: {exc}"
     nvcc = shutil.which("nvcc")
     if nvcc is not None:
-        return _Compiler("nvcc", _nvcc_version(nvcc), _nvcc_build)
+        return Compiler("nvcc", nvcc_version(nvcc), _nvcc_build)
     raise BackendUnavailable(f"cannot compile CUDA C++: NVRTC is unavailable ({problem}) and nvcc is not on "
                              "PATH; pip install 'kernelkit[cuda]'")
 
 
 def _nvrtc_build(text: str, file: str, arch: str, options: Sequence[str], kernel: str, *,
                  bundled_headers: bool) -> bytes:
-    core = _cuda_core()
+    core = cuda_core()
     raw = [o.encode() for o in options]
 
     class RawOptions(core.ProgramOptions):  # type: ignore[misc, name-defined]
@@ -73,8 +86,8 @@ def _nvrtc_build(text: str, file: str, arch: str, options: Sequence[str], kernel
         # NVRTC unpacks its bundled headers into the folder named by the flag. cuda.core 1.2's boolean field
         # passes "true", which unpacks them into ./true of the working directory; name our cache instead.
         raw.append(f"--use-bundled-headers={cache_dir('nvrtc-headers')}".encode())
-    elif _toolkit_include() is not None:
-        headers = {"include_path": [str(_toolkit_include())]}
+    elif toolkit_include() is not None:
+        headers = {"include_path": [str(toolkit_include())]}
     program = core.Program(text, "c++", RawOptions(name=file, arch=arch, **headers))
     try:
         return bytes(program.compile("cubin").code)
@@ -102,13 +115,13 @@ def _nvcc_build(text: str, file: str, arch: str, options: Sequence[str], kernel:
 
 
 @cache
-def _nvcc_version(nvcc: str) -> str:
+def nvcc_version(nvcc: str) -> str:
     done = subprocess.run([nvcc, "--version"], capture_output=True, text=True, timeout=60, check=False)
     lines = done.stdout.strip().splitlines()
     return f"nvcc {lines[-1] if lines else 'unknown'}"
 
 
-def _toolkit_include() -> Path | None:
+def toolkit_include() -> Path | None:
     nvcc = shutil.which("nvcc")
     roots = [os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda",
              Path(nvcc).resolve().parent.parent if nvcc else None]
@@ -116,24 +129,24 @@ def _toolkit_include() -> Path | None:
     return next(found, None)
 
 
-def _overridden(default: str, user: Sequence[str]) -> bool:
+def overridden(default: str, user: Sequence[str]) -> bool:
     flag = default.split("=")[0].lstrip("-")
     return any(o.split("=")[0].lstrip("-") == flag for o in user)
 
 
-def _local_includes(source: str, directory: Path, seen: set[Path]) -> list[bytes]:
+def local_includes(source: str, directory: Path, seen: set[Path]) -> list[bytes]:
     """Contents of the files ``source`` includes "like this", recursively: editing one must miss the cache."""
     found: list[bytes] = []
-    for name in _LOCAL_INCLUDE.findall(_COMMENT.sub(" ", source)):
+    for name in _LOCAL_INCLUDE.findall(COMMENT.sub(" ", source)):
         path = (directory / name).resolve()
         if path not in seen and path.is_file():
             seen.add(path)
             data = path.read_bytes()
-            found += [data, *_local_includes(data.decode("utf-8", "replace"), path.parent, seen)]
+            found += [data, *local_includes(data.decode("utf-8", "replace"), path.parent, seen)]
     return found
 
 
-def _read_cubin(key: str) -> bytes | None:
+def read_cubin(key: str) -> bytes | None:
     try:
         data = (cache_dir("cuda") / f"{key}.cubin").read_bytes()
     except OSError:
@@ -141,7 +154,7 @@ def _read_cubin(key: str) -> bytes | None:
     return data if _is_whole_elf(data) else None  # a corrupt or truncated file is rebuilt
 
 
-def _write_cubin(key: str, cubin: bytes) -> None:
+def write_cubin(key: str, cubin: bytes) -> None:
     try:
         write_atomic(cache_dir("cuda") / f"{key}.cubin", cubin)
     except OSError:  # a read-only or full cache costs a recompile next time, nothing more
@@ -159,7 +172,7 @@ def _is_whole_elf(data: bytes) -> bool:
 # ---- where the user's source text sits in its file, for compiler errors ---------------------------------
 
 
-def _locate(source: str, file_lines: Sequence[str], call_line: int) -> int:
+def locate_source(source: str, file_lines: Sequence[str], call_line: int) -> int:
     """Line of the file where ``source``'s first line sits: each non-blank line of the text must appear, in
     order, on consecutive lines (indented, or sharing a line with its quotes). The match nearest the call
     wins; when there is none (escapes, f-strings, generated text), the call's own line."""
@@ -172,5 +185,18 @@ def _locate(source: str, file_lines: Sequence[str], call_line: int) -> int:
     return min(starts, key=lambda s: abs(s + 1 - call_line)) + 1 if starts else call_line
 
 
-def _c_escape(path: str) -> str:
+def c_escape(path: str) -> str:
     return path.replace("\\", "\\\\").replace('"', '\\"')
+
+
+def line_directive(text: str, file: str, line: int) -> str:
+    """``text`` behind a ``#line`` naming where it sits, so compiler errors point at the user's file and line."""
+    return f'#line {line} "{c_escape(file)}"\n{text}'
+
+
+def caller_location(skip: str) -> tuple[str, int]:
+    """(file, line) of the nearest calling frame outside module ``skip`` (the module whose functions call this)."""
+    frame = sys._getframe(1)
+    while frame.f_back is not None and frame.f_globals.get("__name__") in (skip, __name__):
+        frame = frame.f_back
+    return frame.f_code.co_filename, frame.f_lineno

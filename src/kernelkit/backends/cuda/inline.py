@@ -23,7 +23,7 @@ import threading
 import time
 import warnings
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from importlib import util as importlib_util
 from pathlib import Path
 from types import ModuleType
@@ -31,9 +31,17 @@ from typing import Any
 
 import torch
 
-from kernelkit.backends.cuda.build import _c_escape, _local_includes, _locate, _nvcc_version
-from kernelkit.backends.cuda.inline_check import _BINDINGS_FILE, _check, _cxx_standard, _nvcc
-from kernelkit.backends.cuda.signature import _COMMENT
+from kernelkit.backends.cuda.build import (
+    caller_location,
+    default_arch,
+    line_directive,
+    local_includes,
+    locate_source,
+    nvcc_version,
+)
+from kernelkit.backends.cuda.inline_check import check
+from kernelkit.backends.cuda.inline_plan import BINDINGS_FILE, BuildPlan, BuiltExtension, cxx_standard, find_nvcc
+from kernelkit.backends.cuda.signature import COMMENT
 from kernelkit.cache import cache_dir, content_key
 from kernelkit.errors import BackendUnavailable, CompileError, LoadError, SpecError
 
@@ -47,50 +55,10 @@ Source = str | os.PathLike[str]
 
 
 @dataclass(frozen=True)
-class BuiltExtension:
-    """The result of ``InlineExtension.compile()``. ``module`` is None where nothing could be loaded (no GPU).
-
-    arch: ``sm_XY`` built for (``host`` for a C++-only extension); seconds: to build, or to load from the cache.
-    """
-
-    name: str
-    arch: str
-    compiler: str
-    seconds: float
-    cached: bool
-    module: ModuleType | None = field(default=None, repr=False)
-
-    def __str__(self) -> str:
-        what = "extension" if self.module is not None else f"compile-only check ({self.compiler}), nothing loaded"
-        if self.cached:
-            return f"{self.name}: {self.arch} {what} (from cache, {self.seconds:.2f} s)"
-        by = f" by {self.compiler}" if self.module is not None else ""
-        return f"{self.name}: {self.arch} {what}{by} in {self.seconds:.1f} s"
-
-
-@dataclass(frozen=True)
 class _Source:
     text: str
     file: str  # where compiler errors should point
     path: Path | None  # the file it was read from; None for text given inline
-
-
-@dataclass(frozen=True)
-class _Plan:
-    """One build, decided for this machine: what load_inline (or the compile-only check) gets, and its key."""
-
-    name: str
-    key: str
-    module: str  # the Python module name: unique per key, so two versions never collide in one process
-    arch: str
-    loadable: bool  # False: compile-only check (no GPU, or a CPU build of torch)
-    cpp: list[str]  # the sources as load_inline gets them: each behind a #line pointing at its origin
-    cuda: list[str]
-    includes: list[str]  # the sources' own directories, so their "quoted" includes resolve in the build directory
-    functions: tuple[str, ...]
-    cflags: tuple[str, ...]
-    cuda_cflags: tuple[str, ...]
-    std: str  # -std=c++17 or c++20, as torch's builder passes it
 
 
 def load_inline(name: str, *, cpp_sources: Source | Sequence[Source], cuda_sources: Source | Sequence[Source] = (),
@@ -101,7 +69,7 @@ def load_inline(name: str, *, cpp_sources: Source | Sequence[Source], cuda_sourc
     Sources are C++/CUDA text or paths to .cu/.cpp files (a relative path is relative to the calling file); files
     are read now (a missing one is a LoadError), nothing is compiled. ``cpp_sources`` must declare each function.
     """
-    caller = _caller_location()
+    caller = caller_location(__name__)
     return InlineExtension(name, _read_sources(name, cpp_sources, caller), _read_sources(name, cuda_sources, caller),
                            functions, extra_cuda_cflags, extra_cflags, caller)
 
@@ -143,7 +111,7 @@ class InlineExtension:
 
     def key(self, arch: str | None = None) -> str:
         """The build's content key: sources, functions, flags, arch, torch, nvcc and Python versions."""
-        return self._plan(arch).key
+        return self.plan(arch).key
 
     def compile(self, arch: str | None = None) -> BuiltExtension:
         """Build (or load from the cache) and load the extension for ``arch`` (default: default_arch()).
@@ -152,21 +120,21 @@ class InlineExtension:
         compiles instead. A C++-only extension is built and loaded anywhere.
         """
         start = time.perf_counter()
-        target = "host" if not self._cuda else arch or _target_arch()
+        target = "host" if not self._cuda else arch or default_arch()
         with self._lock:
             if target in self._built:
                 return replace(self._built[target], cached=True, seconds=time.perf_counter() - start)
             self._check_functions()
-            plan = self._plan(target)
-            built = _build(plan) if plan.loadable else _check(plan)
+            plan = self.plan(target)
+            built = _build(plan) if plan.loadable else check(plan)
             self._built[target] = replace(built, seconds=time.perf_counter() - start)
             return self._built[target]
 
     def _check_functions(self) -> None:
         """Each function must be declared in cpp_sources: load_inline binds it there, and a typo would otherwise
         surface as a compiler error in generated code, or an undefined symbol at import."""
-        declared = _COMMENT.sub(" ", "\n".join([*(s.text for s in self._cpp), *self._included(self._cpp)]))
-        defined = _COMMENT.sub(" ", "\n".join(s.text for s in self._cuda))
+        declared = COMMENT.sub(" ", "\n".join([*(s.text for s in self._cpp), *self._included(self._cpp)]))
+        defined = COMMENT.sub(" ", "\n".join(s.text for s in self._cuda))
         for fn in self.functions:
             if re.search(rf"\b{re.escape(fn)}\b", declared):
                 continue
@@ -177,29 +145,30 @@ class InlineExtension:
 
     def _included(self, sources: Sequence[_Source]) -> list[str]:
         seen: set[Path] = set()
-        found = [data for s in sources for data in _local_includes(s.text, _directory(s, self._caller), seen)]
+        found = [data for s in sources for data in local_includes(s.text, _directory(s, self._caller), seen)]
         return [data.decode("utf-8", "replace") for data in found]
 
-    def _plan(self, arch: str | None) -> _Plan:
-        arch = "host" if not self._cuda else arch or _target_arch()
+    def plan(self, arch: str | None = None) -> BuildPlan:
+        """The build for ``arch`` (default: default_arch()) as this machine would make it; nothing is compiled."""
+        arch = "host" if not self._cuda else arch or default_arch()
         gpu = torch.version.cuda is not None and torch.cuda.is_available()
-        loadable = not self._cuda or (gpu and arch == _target_arch())
+        loadable = not self._cuda or (gpu and arch == default_arch())
         cpp, cuda = [_with_line(s, self._caller) for s in self._cpp], [_with_line(s, self._caller) for s in self._cuda]
         includes = list(dict.fromkeys(str(_directory(s, self._caller)) for s in (*self._cpp, *self._cuda)))
-        std = _cxx_standard()
-        tools = _nvcc_version(str(_nvcc(loadable))) if self._cuda else os.environ.get("CXX", "c++")
+        std = cxx_standard()
+        tools = nvcc_version(str(find_nvcc(loadable))) if self._cuda else os.environ.get("CXX", "c++")
         key = content_key("load_inline 1", self.name, *cpp, "\0cuda", *cuda, *self.functions, "\0flags",
                           repr(self.extra_cuda_cflags), repr(self.extra_cflags), std, arch, torch.__version__, tools,
                           sysconfig.get_config_var("EXT_SUFFIX") or sys.version,
                           *self._included(self._cpp), *self._included(self._cuda))
-        return _Plan(self.name, key, f"{self.name}_{key[:12]}", arch, loadable, cpp, cuda, includes, self.functions,
+        return BuildPlan(self.name, key, f"{self.name}_{key[:12]}", arch, loadable, cpp, cuda, includes, self.functions,
                      self.extra_cflags, self.extra_cuda_cflags, std)
 
 
 # ---- building and loading (a GPU, or a C++-only extension) ---------------------------------------------------
 
 
-def _build(plan: _Plan) -> BuiltExtension:
+def _build(plan: BuildPlan) -> BuiltExtension:
     """Load ``plan``'s .so from the cache, or build it with load_inline in a private directory and move it there."""
     from torch.utils import cpp_extension  # heavy, and only needed here
 
@@ -210,17 +179,17 @@ def _build(plan: _Plan) -> BuiltExtension:
         with contextlib.suppress(ImportError):  # a damaged file is rebuilt
             return BuiltExtension(plan.name, plan.arch, compiler, 0.0, True, _import(plan.module, library))
     if plan.cuda:
-        _nvcc(True)
+        find_nvcc(True)
     if not cpp_extension.is_ninja_available():
         raise BackendUnavailable("load_inline needs ninja: pip install ninja")
     _remove_stale_builds(final)
     work = Path(tempfile.mkdtemp(prefix="build-", dir=final))  # private: a killed build leaves no lock behind
-    arch_list = {"TORCH_CUDA_ARCH_LIST": _torch_arch(plan.arch)} if plan.cuda else {}
+    arch_list = {"TORCH_CUDA_ARCH_LIST": torch_arch(plan.arch)} if plan.cuda else {}
     try:
         with _environment(arch_list), _captured_output() as output:
             try:
                 module = cpp_extension.load_inline(
-                    plan.module, cpp_sources=[*plan.cpp, f'#line 1 "{_BINDINGS_FILE}"'], cuda_sources=[*plan.cuda],
+                    plan.module, cpp_sources=[*plan.cpp, f'#line 1 "{BINDINGS_FILE}"'], cuda_sources=[*plan.cuda],
                     functions=list(plan.functions), extra_cflags=list(plan.cflags),
                     extra_cuda_cflags=list(plan.cuda_cflags), extra_include_paths=plan.includes,
                     build_directory=str(work), verbose=False)
@@ -229,7 +198,7 @@ def _build(plan: _Plan) -> BuiltExtension:
             else:
                 error = None
         if error is not None:
-            log = _compiler_log("\n".join([str(error), *output]))
+            log = compiler_log("\n".join([str(error), *output]))
             raise CompileError(f"load_inline {plan.name!r} failed to build for {plan.arch} with {compiler}", log
                                ) from None
         os.replace(work / f"{plan.module}.so", library)  # atomic: a reader sees no .so or a whole one
@@ -291,7 +260,7 @@ def _captured_output() -> Iterator[list[str]]:
             collected += [sink.read().decode("utf-8", "replace"), *(str(w.message) for w in caught)]
 
 
-def _compiler_log(text: str) -> str:
+def compiler_log(text: str) -> str:
     """The compiler's messages from ninja's output: without progress lines and the (long) failed command lines."""
     kept, after_failed = [], False
     for line in text.splitlines():
@@ -328,32 +297,17 @@ def _read_sources(name: str, sources: Source | Sequence[Source], caller: tuple[s
 
 def _with_line(source: _Source, caller: tuple[str, int]) -> str:
     """The source behind a ``#line`` naming where it sits, so compiler errors point at the user's file and line."""
-    line = 1 if source.path is not None else _locate(source.text, linecache.getlines(caller[0]), caller[1])
-    return f'#line {line} "{_c_escape(source.file)}"\n{source.text}'
+    line = 1 if source.path is not None else locate_source(source.text, linecache.getlines(caller[0]), caller[1])
+    return line_directive(source.text, source.file, line)
 
 
 def _directory(source: _Source, caller: tuple[str, int]) -> Path:
     return source.path.parent if source.path is not None else Path(caller[0]).resolve().parent
 
 
-def _target_arch() -> str:
-    from kernelkit.backends.cuda import default_arch  # here: the package imports this module
-
-    return default_arch()
-
-
-def _torch_arch(arch: str) -> str:
+def torch_arch(arch: str) -> str:
     """``sm_90`` -> ``9.0``, ``sm_90a`` -> ``9.0a``: the spelling of TORCH_CUDA_ARCH_LIST."""
     match = re.fullmatch(r"sm_(\d+)(\d)([a-z]?)", arch)
     if match is None:
         raise SpecError(f"cannot build a torch extension for arch {arch!r}; expected sm_XY (e.g. sm_90)")
     return f"{match[1]}.{match[2]}{match[3]}"
-
-
-
-def _caller_location() -> tuple[str, int]:
-    """(file, line) of the nearest frame outside this module."""
-    frame = sys._getframe(1)
-    while frame.f_back is not None and frame.f_globals.get("__name__") == __name__:
-        frame = frame.f_back
-    return frame.f_code.co_filename, frame.f_lineno

@@ -39,7 +39,7 @@ _VECTORS = {"float2": (torch.float32, 8), "float4": (torch.float32, 16), "double
 _TYPE_WORDS = {w for name in (*_TYPES, *_VECTORS) for w in name.split()} | {"void"}
 _QUALIFIERS = {"const", "volatile", "__restrict__", "__restrict", "restrict", "struct", "__grid_constant__"}
 
-_COMMENT = re.compile(r"//[^\n]*|/\*.*?\*/", re.S)
+COMMENT = re.compile(r"//[^\n]*|/\*.*?\*/", re.S)
 _LAUNCH_BOUNDS = re.compile(r"__launch_bounds__\s*\([^)]*\)")
 _EXTERN_C = re.compile(r'extern\s+"C"')
 _EXTERN_C_BLOCK = re.compile(r'extern\s+"C"\s*\{')
@@ -72,7 +72,7 @@ def kernel_params(source: str, name: str) -> tuple[Param, ...]:
     kernels = [n for n, (extern_c, _) in found.items() if extern_c]
     defined = f"it defines: {', '.join(kernels)}" if kernels else 'it defines no extern "C" __global__ kernel'
     hint = ""
-    if re.search(rf"\b{re.escape(name)}\b", _COMMENT.sub(" ", source)):
+    if re.search(rf"\b{re.escape(name)}\b", COMMENT.sub(" ", source)):
         hint = f'; {name!r} appears, but not as an extern "C" __global__ function: did you forget extern "C"?'
     raise CompileError(f'kernel {name!r} is no extern "C" __global__ function ({defined}){hint}')
 
@@ -85,7 +85,7 @@ def extern_c_kernels(source: str) -> list[str]:
 def _global_functions(source: str) -> dict[str, tuple[bool, str]]:
     """name -> (declared extern "C", parameter list text) for each ``__global__`` function in ``source``."""
     blank = lambda m: " " * len(m.group())  # keeps offsets, so the positions found below stay valid
-    code = _LAUNCH_BOUNDS.sub(blank, _COMMENT.sub(blank, source))
+    code = _LAUNCH_BOUNDS.sub(blank, COMMENT.sub(blank, source))
     blocks = [(m.end(), _matching(code, m.end() - 1)) for m in _EXTERN_C_BLOCK.finditer(code)]
     found: dict[str, tuple[bool, str]] = {}
     for match in _GLOBAL.finditer(code):
@@ -132,7 +132,7 @@ def _parse_param(text: str, index: int) -> Param:
 # ---- argument checks -------------------------------------------------------------------------------------
 
 
-def _converter(kernel: str, param: Param) -> Converter:
+def converter(kernel: str, param: Param) -> Converter:
     where = f"kernel {kernel!r}, argument {param.name!r} ({param})"
     if param.pointer_depth:
         return _tensor_converter(where, param)
@@ -165,7 +165,7 @@ def _tensor_converter(where: str, param: Param) -> Converter:
 def _checked_address(where: str, param: Param, value: Any, index: int, accepted: Container[torch.dtype],
                      align: int) -> int:
     if not isinstance(value, torch.Tensor):
-        raise LaunchError(f"{where}: needs a torch.Tensor, got {_describe(value)}")
+        raise LaunchError(f"{where}: needs a torch.Tensor, got {describe_arg(value)}")
     on = value.get_device()
     if on != index:
         here, there = (f"cuda:{i}" if i >= 0 else "cpu" for i in (on, index))
@@ -196,7 +196,7 @@ def _int_converter(where: str, np_type: Any, dtype: torch.dtype) -> Converter:
         try:
             number = operator.index(value)
         except TypeError:
-            raise LaunchError(f"{where}: needs an integer, got {_describe(value)}") from None
+            raise LaunchError(f"{where}: needs an integer, got {describe_arg(value)}") from None
         if not lo <= number <= hi:
             raise LaunchError(f"{where}: {number} is out of range for this C type [{lo}, {hi}]")
         return np_type(number)
@@ -209,7 +209,7 @@ def _float_converter(where: str, np_type: Any, dtype: torch.dtype) -> Converter:
 
     def convert(value: Any, index: int) -> Any:
         if not isinstance(value, (int, float, np.integer, np.floating)) or isinstance(value, bool):
-            raise LaunchError(f"{where}: needs a real number, got {_describe(value)}")
+            raise LaunchError(f"{where}: needs a real number, got {describe_arg(value)}")
         if abs(value) > largest and np.isfinite(value):
             raise LaunchError(f"{where}: {value} overflows {dtype} (largest {largest:g})")
         if dtype == torch.bfloat16:  # no numpy bfloat16: pass the 16 bits, rounded as torch rounds
@@ -219,7 +219,7 @@ def _float_converter(where: str, np_type: Any, dtype: torch.dtype) -> Converter:
     return convert
 
 
-def _describe(value: Any) -> str:
+def describe_arg(value: Any) -> str:
     if isinstance(value, torch.Tensor):
         return f"Tensor({value.dtype}, {value.device}, shape {tuple(value.shape)})"
     return f"{type(value).__name__} {value!r}"[:80]

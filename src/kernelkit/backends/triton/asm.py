@@ -6,7 +6,7 @@ own binder: pointer dtypes, ``i32``/``i64``, constexprs, 16-byte divisibility, w
 ``triton.compile``d for ``sm_XY``. For an autotuned kernel, one config of its list is used (the first, or the one
 asked for): which one the autotuner would pick needs a GPU.
 
-This runs in a child process (``python -m kernelkit.profiling.asm_triton``) with ``TRITON_INTERPRET=0``: where the
+This runs in a child process (``python -m kernelkit.backends.triton.asm``) with ``TRITON_INTERPRET=0``: where the
 interpreter is on (kernelkit's CPU runs), ``@triton.jit`` makes interpreted functions, which cannot be compiled.
 Checked against triton 3.6 and 3.9, which share these internals: ``JITFunction.run(*args, grid, warmup,
 **kwargs)``, ``Autotuner.run``, ``create_function_from_signature``, ``JITFunction._pack_args`` and
@@ -52,16 +52,17 @@ class TritonBuild:
     compiler: str  # "triton 3.9.0"
 
 
-def compile_triton(target: str, impl: str, *, op_name: str, size: tuple[int, ...], dtype: str, arch: str,
+def compile_triton(source: str, impl: str, *, op_name: str, size: tuple[int, ...], dtype: str, arch: str,
                    config: int | None = None, seed: int = 0) -> list[TritonBuild]:
     """Compile the Triton kernels ``impl`` launches for the case, for ``arch`` (``sm_90``), in a child process.
 
-    ``target`` is a built-in op name or an absolute .py path; ``config`` picks an autotuned kernel's config by its
-    index in ``configs=`` (default 0). LoadError/SpecError for a bad case, CompileError when Triton fails.
+    ``source`` is where the op is defined (a module name such as kernelkit.ops.square, or a .py path: a
+    ``CaseSetup.source``); ``config`` picks an autotuned kernel's config by its index in ``configs=`` (default 0).
+    LoadError/SpecError for a bad case, CompileError when Triton fails.
     """
-    spec = {"target": target, "op": op_name, "impl": impl, "size": list(size), "dtype": dtype, "arch": arch,
+    spec = {"source": source, "op": op_name, "impl": impl, "size": list(size), "dtype": dtype, "arch": arch,
             "config": config, "seed": seed}
-    package_root = str(Path(__file__).resolve().parents[2])  # the child imports this kernelkit, not another
+    package_root = str(Path(__file__).resolve().parents[3])  # the child imports this kernelkit, not another
     path = os.pathsep.join(p for p in (package_root, os.environ.get("PYTHONPATH")) if p)
     env = {**os.environ, **_CHILD_ENV, "PYTHONPATH": path}
     with tempfile.TemporaryDirectory(prefix="kernelkit-asm-") as tmp:
@@ -105,7 +106,7 @@ def _child(spec: dict[str, Any], out: Path) -> dict[str, Any]:
 
     if getattr(getattr(triton, "knobs", None), "runtime", None) is not None and triton.knobs.runtime.interpret:
         raise SpecError("the Triton interpreter is on in the compiling process; TRITON_INTERPRET must be 0 there")
-    op = loader.find_op(spec["target"], spec["op"])
+    op = loader.load(spec["source"])[spec["op"]]
     impl = op.get_impl(spec["impl"])
     inputs = op.make_inputs(tuple(spec["size"]), parse_dtype(spec["dtype"]), torch.device("cpu"), spec["seed"])
     launches = _capture(lambda: impl.fn(*inputs), spec["config"] or 0)
@@ -132,7 +133,7 @@ def _capture(call: Callable[[], Any], config_index: int) -> list[_Launch]:
     from triton.runtime.autotuner import Autotuner
     from triton.runtime.jit import JITFunction
 
-    from kernelkit.backends.triton import format_config
+    from kernelkit.backends.triton.autotune import format_config
 
     launches: list[_Launch] = []
     chosen: list[str] = []
@@ -196,7 +197,7 @@ def _compile(launch: _Launch, capability: int) -> dict[str, Any]:
 
 
 def main(argv: list[str]) -> int:
-    """``python -m kernelkit.profiling.asm_triton SPEC_JSON OUT_DIR``: writes OUT_DIR/manifest.json."""
+    """``python -m kernelkit.backends.triton.asm SPEC_JSON OUT_DIR``: writes OUT_DIR/manifest.json."""
     spec, out = json.loads(argv[1]), Path(argv[2])
     try:
         result = _child(spec, out)

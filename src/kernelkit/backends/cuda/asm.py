@@ -5,17 +5,22 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
-import sysconfig
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from unittest import mock
 
-from kernelkit.backends.cuda import DEFAULT_OPTIONS, CudaKernel, InlineExtension
+from kernelkit.backends.cuda.build import line_directive, toolkit_include
+from kernelkit.backends.cuda.inline import InlineExtension
+from kernelkit.backends.cuda.inline_plan import CUDA_PRELUDE, find_nvcc, std_flags, torch_flags
+from kernelkit.backends.cuda.kernel import CudaKernel
+from kernelkit.cache import cache_dir
 from kernelkit.errors import CompileError, SpecError
-from kernelkit.profiling.asm import KernelAsm, _kernel, _run, disassemble
-from kernelkit.target import CaseSetup
+from kernelkit.profiling.sass import KernelAsm, disassemble, kernel_asm, run_tool
+
+if TYPE_CHECKING:
+    from kernelkit.target import CaseSetup
 
 
 def cuda_kernels(setup: CaseSetup, arch: str) -> tuple[list[KernelAsm], list[str]]:
@@ -60,14 +65,14 @@ def _launched(setup: CaseSetup) -> tuple[list[CudaKernel], str]:
 def _nvrtc_kernel(kernel: CudaKernel, arch: str) -> KernelAsm:
     built = kernel.compile(arch)  # the cubin a launch loads: from the disk cache, or the compiler
     file, line = kernel.origin
-    details = [f"{file}:{line}, options {' '.join(_options(kernel))}"]
+    details = [f"{file}:{line}, options {' '.join(kernel.build_options())}"]
     try:
         ptx, log = _nvrtc_ptx(kernel, arch)
         listings = {"ptx": ptx_entry(ptx, kernel.name)}
     except (ImportError, OSError, RuntimeError) as exc:  # no cuda-bindings, or no libnvrtc
         listings, log = {}, ""
         details.append(f"no PTX: NVRTC is unavailable ({exc})")
-    return _kernel(kernel.name, disassemble(built.cubin), name=kernel.name, compiler=built.compiler, arch=arch,
+    return kernel_asm(kernel.name, disassemble(built.cubin), name=kernel.name, compiler=built.compiler, arch=arch,
                    listings=listings, ptxas_log=log, details=details, cubin=built.cubin)
 
 
@@ -79,16 +84,13 @@ def _nvrtc_ptx(kernel: CudaKernel, arch: str) -> tuple[str, str]:
     """
     from cuda.bindings import nvrtc
 
-    from kernelkit.backends.cuda.build import _c_escape, _toolkit_include
-    from kernelkit.cache import cache_dir
-
     file, line = kernel.origin
-    text = f'#line {line} "{_c_escape(file)}"\n{kernel.source}'
+    text = line_directive(kernel.source, file, line)
     _, major, minor = nvrtc.nvrtcVersion()
-    include = _toolkit_include()  # NVRTC carries its own CUDA headers from 13.3 (as build.py decides)
+    include = toolkit_include()  # NVRTC carries its own CUDA headers from 13.3 (as build.py decides)
     headers = [f"--use-bundled-headers={cache_dir('nvrtc-headers')}"] if (major, minor) >= (13, 3) else (
         [f"--include-path={include}"] if include else [])
-    flags = [f"--gpu-architecture={arch}", "--ptxas-options=-v", *headers, *_options(kernel)]
+    flags = [f"--gpu-architecture={arch}", "--ptxas-options=-v", *headers, *kernel.build_options()]
     _, program = nvrtc.nvrtcCreateProgram(text.encode(), file.encode(), 0, [], [])
     try:
         (result,) = nvrtc.nvrtcCompileProgram(program, len(flags), [f.encode() for f in flags])
@@ -100,13 +102,6 @@ def _nvrtc_ptx(kernel: CudaKernel, arch: str) -> tuple[str, str]:
         nvrtc.nvrtcDestroyProgram(program)
 
 
-def _options(kernel: CudaKernel) -> list[str]:
-    """The options CudaKernel.compile passes: its defaults, less those the kernel's own options override."""
-    from kernelkit.backends.cuda.build import _overridden
-
-    return [*(o for o in DEFAULT_OPTIONS if not _overridden(o, kernel.options)), *kernel.options]
-
-
 def _nvrtc_text(size_of: Any, get: Any, program: Any) -> str:
     _, size = size_of(program)
     buffer = b" " * size
@@ -116,24 +111,17 @@ def _nvrtc_text(size_of: Any, get: Any, program: Any) -> str:
 
 def _inline_kernels(ext: InlineExtension, arch: str) -> list[KernelAsm]:
     """``nvcc -cubin`` of the extension's CUDA sources, with the flags, headers and defines of its compile-only
-    check (mirrors inline_check._check), keeping the PTX (-keep) and ptxas's report (-Xptxas -v).
-    Slow: 15 s and more."""
+    check (inline_check.check), keeping the PTX (-keep) and ptxas's report (-Xptxas -v). Slow: 15 s and more."""
     from torch.utils import cpp_extension
 
-    from kernelkit.backends.cuda import inline_check
-
-    plan = ext._plan(arch)
+    plan = ext.plan(arch)
     if not plan.cuda:
         raise SpecError(f"load_inline {ext.name!r} has no cuda_sources: no GPU code to show")
-    defines = ["-DTORCH_API_INCLUDE_EXTENSION_H", f"-DTORCH_EXTENSION_NAME={plan.module}"]
-    headers = cpp_extension.include_paths()
-    if not any(Path(d, "c10/cuda/impl/cuda_cmake_macros.h").is_file() for d in headers):
-        defines.append("-DC10_CUDA_NO_CMAKE_CONFIGURE_FILE")  # a CPU build of torch lacks it, as inline_check.py says
-    includes = [f"-I{d}" for d in [*headers, sysconfig.get_paths()["include"], *plan.includes]]
-    flags = [*inline_check._std(plan.std, plan.cuda_cflags), *getattr(cpp_extension, "COMMON_NVCC_FLAGS", ())]
+    defines, includes = torch_flags(plan)
+    flags = [*std_flags(plan.std, plan.cuda_cflags), *getattr(cpp_extension, "COMMON_NVCC_FLAGS", ())]
     with tempfile.TemporaryDirectory(prefix="kernelkit-asm-") as tmp:
-        Path(tmp, "cuda.cu").write_text("\n".join([inline_check._CUDA_PRELUDE, *plan.cuda]), encoding="utf-8")
-        log = _run([inline_check._nvcc(False), "-cubin", f"-arch={arch}", "-lineinfo", "-Xptxas=-v", "-keep",
+        Path(tmp, "cuda.cu").write_text("\n".join([CUDA_PRELUDE, *plan.cuda]), encoding="utf-8")
+        log = run_tool([find_nvcc(False), "-cubin", f"-arch={arch}", "-lineinfo", "-Xptxas=-v", "-keep",
                     f"-keep-dir={tmp}", *flags, *defines, *includes, *plan.cuda_cflags, "-o", "cuda.cubin",
                     "cuda.cu"], cwd=tmp)
         cubin = Path(tmp, "cuda.cubin").read_bytes()
@@ -141,7 +129,7 @@ def _inline_kernels(ext: InlineExtension, arch: str) -> list[KernelAsm]:
     dis = disassemble(cubin)
     symbols = list(dis.usage or dis.sass)
     readable = _demangle(symbols)
-    return [_kernel(s, dis, name=readable[s].split("(")[0], compiler="nvcc, load_inline", arch=arch,
+    return [kernel_asm(s, dis, name=readable[s].split("(")[0], compiler="nvcc, load_inline", arch=arch,
                     listings={"ptx": ptx_entry(ptx, s)} if ptx else {}, ptxas_log=log,
                     details=[f"{ext.name}: {readable[s]}"], cubin=cubin) for s in symbols]
 
