@@ -11,10 +11,10 @@ import torch
 from typer.testing import CliRunner
 
 import kernelkit as kk
-from kernelkit import loader
 from kernelkit.backends import compiled
 from kernelkit.cli import app
 from kernelkit.errors import SpecError
+from kernelkit.target import load, make_cases
 
 
 def make_op():
@@ -38,9 +38,9 @@ def test_every_op_has_a_compile_baseline_that_runs_only_when_named():
     assert op.get_impl("compile") is impl  # built once per op
     with pytest.raises(KeyError):
         op.get_impl("fast")
-    cases = loader.make_cases("src", [op], "cpu", impls=["compile"])
+    cases = make_cases("src", [op], "cpu", impls=["compile"])
     assert [c.impl for c in cases] == ["compile"]
-    assert {c.impl for c in loader.make_cases("src", [op], "cpu")} == {"eager"}
+    assert {c.impl for c in make_cases("src", [op], "cpu")} == {"eager"}
 
 
 def test_a_registered_impl_named_compile_replaces_the_baseline():
@@ -57,8 +57,8 @@ def test_a_registered_impl_named_compile_replaces_the_baseline():
 def test_looking_the_baseline_up_compiles_nothing_and_imports_no_inductor():
     code = textwrap.dedent("""
         import sys
-        from kernelkit import loader
-        op = loader.find_op("square")
+        from kernelkit.target import open_target
+        op = open_target("square", "cpu").op()
         assert op.get_impl("compile").backend == "compile"
         loaded = [m for m in sys.modules if m.startswith(("torch._inductor", "torch._dynamo"))]
         assert not loaded, loaded
@@ -71,7 +71,7 @@ def test_square_compile_passes_and_compile_time_is_kept_apart():
     report = kk.check("square", impls=["compile"], device="cpu", isolate=False, sizes=[(7, 5)],
                       dtypes=[torch.float32])
     assert [r.status for r in report.results] == [kk.Status.PASSED], report.results[0].message
-    op = loader.find_op("square")
+    op = load("kernelkit.ops.square")["square"]
     ref = compiled.compiled_reference(op)
     assert len(ref.compile_seconds) == 1  # check calls the impl twice (second input): one signature, one compile
     assert kk.compile_seconds("square") == pytest.approx(sum(ref.compile_seconds))

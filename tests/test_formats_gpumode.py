@@ -11,13 +11,14 @@ import pytest
 import torch
 
 import kernelkit as kk
-from kernelkit import formats, loader
+from kernelkit import formats
 from kernelkit.check import check_case
 from kernelkit.errors import LoadError, SpecError
 from kernelkit.formats import _taskyml, gpumode
 from kernelkit.formats.jobs import VerdictJob
 from kernelkit.results import Status
 from kernelkit.spec import Case, Op, dtype_name
+from kernelkit.target import load
 
 GM = Path(__file__).parent / "fixtures" / "formats" / "gpumode"
 
@@ -162,7 +163,7 @@ def test_a_task_runs_through_kk_check(fresh_cache: Path):
 
 
 def test_an_exported_task_and_submission_load_and_pass(tmp_path: Path, cpu_process: None):
-    square = loader.find_op("square")
+    square = load("kernelkit.ops.square")["square"]
     folder = formats.export_problem(square, "gpumode", tmp_path / "square_py", sizes=[(33, 17), (1, 5)])
     submission = formats.export_submission(square, "eager", "gpumode", folder / "submission.py")
     assert formats.detect(folder) == "gpumode"

@@ -12,13 +12,14 @@ import pytest
 import torch
 
 import kernelkit as kk
-from kernelkit import formats, loader
+from kernelkit import formats
 from kernelkit.check import check_case
 from kernelkit.errors import LoadError, SpecError
 from kernelkit.formats import kernelbench, scan
 from kernelkit.formats.jobs import VerdictJob
 from kernelkit.results import Status
 from kernelkit.spec import Case, Op, dtype_name
+from kernelkit.target import load
 
 KB = Path(__file__).parent / "fixtures" / "formats" / "kernelbench"
 GPUMODE = Path(__file__).parent / "fixtures" / "formats" / "gpumode"
@@ -226,7 +227,7 @@ def test_scan_loads_every_problem_without_running_it(tmp_path: Path):
 
 
 def test_an_exported_solution_passes_against_a_hand_written_problem(tmp_path: Path, cpu_process: None):
-    square = loader.find_op("square")
+    square = load("kernelkit.ops.square")["square"]
     solution = formats.export_submission(square, "eager", "kernelbench", tmp_path / "square_solution.py")
     op = one_op("square.py", solution)
     assert judge(op, "solution").status is Status.PASSED

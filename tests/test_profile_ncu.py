@@ -313,7 +313,7 @@ def fake_ncu(monkeypatch, tmp_path):
     (tmp_path / "raw.csv").write_text(RAW_TWO_KERNELS)
     (tmp_path / "details.csv").write_text(DETAILS_TWO_KERNELS)
     monkeypatch.setenv(ncu.NCU_ENV, str(_executable(tmp_path / "ncu", FAKE_NCU.format(python=sys.executable))))
-    monkeypatch.setattr(ncu.runner, "resolve_device", lambda device: "cuda")
+    monkeypatch.setattr(ncu.targets, "resolve_device", lambda device: "cuda")
     for name in ("TRITON_INTERPRET", "NUMBA_ENABLE_CUDASIM"):  # prepare_process("cuda") sets them; restore after
         monkeypatch.setenv(name, os.environ.get(name, "1"))
     return tmp_path

@@ -15,6 +15,7 @@ import kernelkit as kk
 from kernelkit import runner
 from kernelkit.errors import SpecError
 from kernelkit.results import Status
+from kernelkit.target import resolve_device
 
 PLANTED = str(Path(__file__).parent / "planted" / "planted_ops.py")
 
@@ -85,10 +86,10 @@ def test_in_process_check_of_square_eager():
 
 def test_device_and_timeout_are_validated():
     with pytest.raises(SpecError, match="unknown device 'tpu'"):
-        runner.resolve_device("tpu")
+        resolve_device("tpu")
     if not torch.cuda.is_available():
         with pytest.raises(SpecError, match="use --device cpu"):
-            runner.resolve_device("cuda")
+            resolve_device("cuda")
     with pytest.raises(SpecError, match="--timeout must be positive"):
         runner.run_cases([], "cpu", timeout=0)
 

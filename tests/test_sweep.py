@@ -83,7 +83,7 @@ def test_warnings_raised_in_the_worker_come_back_in_the_results(report):
 
 
 def test_a_failed_calibration_is_a_warning_in_every_result_not_a_lost_print(monkeypatch):
-    from kernelkit import loader
+    from kernelkit import target
     from kernelkit.measure import device as device_info
     from kernelkit.measure.timer import Settings
 
@@ -91,7 +91,7 @@ def test_a_failed_calibration_is_a_warning_in_every_result_not_a_lost_print(monk
         raise RuntimeError("no ceilings today")
 
     monkeypatch.setattr(device_info, "calibrate", broken)
-    job = sweep.BenchJob(loader.resolve(OPS), "double", (64, 64), "float32", 0,
+    job = sweep.BenchJob(target.resolve(OPS), "double", (64, 64), "float32", 0,
                          (("eager_add", "impl"), ("eager", "baseline")), Settings(mode="hot", budget=0.05))
     outcome = job.execute("cpu")
     assert all(r.status is Status.PASSED for r in outcome.results)
@@ -101,13 +101,13 @@ def test_a_failed_calibration_is_a_warning_in_every_result_not_a_lost_print(monk
 
 
 def test_cold_mode_on_a_huge_last_level_cache_finishes_well_inside_the_job_timeout(monkeypatch):
-    from kernelkit import loader
+    from kernelkit import target
     from kernelkit.measure import fingerprint
     from kernelkit.measure.timer import Settings
 
     monkeypatch.setattr(fingerprint, "cpu_caches", lambda: [(3, "Unified", 480 << 20)])
     contenders = (("eager_add", "impl"), ("eager_warns", "impl"), ("eager", "baseline"))
-    job = sweep.BenchJob(loader.resolve(OPS), "double", (64, 64), "float32", 0, contenders,
+    job = sweep.BenchJob(target.resolve(OPS), "double", (64, 64), "float32", 0, contenders,
                          Settings(mode="cold", budget=0.2))
     began = time.perf_counter()
     outcome = job.execute("cpu")
@@ -161,13 +161,13 @@ def test_a_sweep_killed_midway_keeps_every_finished_case(tmp_path):
 
 
 def test_planning_names_baselines_and_keeps_registered_eager_as_the_baseline():
-    from kernelkit import loader
+    from kernelkit import target
     from kernelkit.ops import square
 
     groups = sweep.plan_groups("kernelkit.ops.square", [square.square], "cpu", [], [], [], True)
     first = groups[0]
     assert [c.impl for c in first.cases][-2:] == ["compile", "eager"]  # square registers its own eager impl
     assert not first.eager
-    only = sweep.plan_groups(loader.resolve(OPS), list(loader.load(loader.resolve(OPS)).values()), "cpu",
+    only = sweep.plan_groups(target.resolve(OPS), list(target.load(target.resolve(OPS)).values()), "cpu",
                              ["eager"], [], [], False)
     assert only[0].eager and only[0].cases == []

@@ -10,11 +10,11 @@ import pytest
 import torch
 
 import kernelkit as kk
-from kernelkit import loader
 from kernelkit.errors import SpecError
+from kernelkit.target import load
 from kernelkit.torch_ops import schema_of
 
-SQUARE = loader.find_op("square")
+SQUARE = load("kernelkit.ops.square")["square"]
 
 # Inputs at the edges the wrapper handles: a non-power-of-two block, a transposed (non-contiguous) view whose
 # output layout differs from the reference's, one row, and the empty input.
@@ -50,9 +50,9 @@ TRITON_OPCHECK = textwrap.dedent("""
     backends.prepare_process("cpu")  # TRITON_INTERPRET=1 before triton is imported: the kernel runs on the CPU
     import torch
     import kernelkit as kk
-    from kernelkit import loader
+    from kernelkit.target import load
 
-    op = kk.torch_op(loader.find_op("square"), "triton_rowwise")
+    op = kk.torch_op(load("kernelkit.ops.square")["square"], "triton_rowwise")
     assert str(op) == "kernelkit.square_triton_rowwise", op
     for x in (torch.randn(7, 5), torch.randn(6, 4).t(), torch.randn(0, 5), torch.randn(3, 5, requires_grad=True)):
         torch.library.opcheck(op, (x,))

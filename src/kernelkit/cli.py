@@ -13,12 +13,13 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from kernelkit import __version__, cli_bench, cli_doctor, cli_profile, loader, runner
+from kernelkit import __version__, cli_bench, cli_doctor, cli_profile, runner
 from kernelkit.errors import CompileError, KernelkitError
 from kernelkit.ops import BUILTIN_OPS
 from kernelkit.report.table import print_report
 from kernelkit.results import CaseResult
 from kernelkit.spec import parse_dtype, parse_size
+from kernelkit.target import open_target
 
 app = typer.Typer(
     help="Write a GPU kernel, check it against a PyTorch reference, and see where its time goes.",
@@ -57,8 +58,8 @@ def ops_command() -> None:
     table = Table(title="built-in ops", title_justify="left")
     for name in ("op", "impl", "backend", "dtypes", "what it is"):
         table.add_column(name)
-    for name, source in BUILTIN_OPS.items():
-        op = loader.load(source)[name]
+    for name in BUILTIN_OPS:
+        op = open_target(name).op()
         for impl in op.all_impls().values():  # the registered impls, then the `compile` baseline
             dtypes = ", ".join(str(d).removeprefix("torch.") for d in (impl.dtypes or op.dtypes))
             table.add_row(name, impl.name, impl.backend, dtypes, impl.description)

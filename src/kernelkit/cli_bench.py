@@ -154,12 +154,12 @@ def calibrate_command(
     force: Annotated[bool, typer.Option(help="Measure again even when cached.")] = False,
 ) -> None:
     """Measure the device's ceilings once: copy bandwidth and dense matmul rates (cached per GPU, driver, torch)."""
-    from kernelkit import runner
     from kernelkit.cli import EXIT_USAGE, out
     from kernelkit.measure.device import calibrate
+    from kernelkit.target import resolve_device
 
     try:
-        ceilings = calibrate(runner.resolve_device(device), force=force)
+        ceilings = calibrate(resolve_device(device), force=force)
     except KernelkitError as exc:
         raise fail(exc, EXIT_USAGE) from None
     table = Table(title=f"ceilings of {ceilings.device_name}", title_justify="left")

@@ -15,10 +15,10 @@ from typing import Any
 
 import torch
 
-from kernelkit import backends, loader, runner
 from kernelkit.backends import compiled
 from kernelkit.errors import CompileError
 from kernelkit.spec import Op, Size, dtype_name, to_dtype, to_size
+from kernelkit.target import open_target, resolve_device
 
 DEFAULT_OUT_DIR = Path("kernelkit-codegen")
 
@@ -81,12 +81,8 @@ def codegen(
     Resets Dynamo's caches in this process (that is what makes inductor compile afresh, so there is code to see):
     functions compiled earlier compile again on their next call.
     """
-    dev = runner.resolve_device(device)
-    if isinstance(target, Op):
-        op = target
-    else:
-        backends.prepare_process(dev)  # before the user's file imports triton or numba
-        op = loader.find_op(target, op_name)
+    dev = resolve_device(device)
+    op = target if isinstance(target, Op) else open_target(target, dev).op(op_name)
     shape, kind = to_size(size), to_dtype(dtype)
     shape = op.sizes_for(dev)[0] if shape is None else shape
     kind = op.dtypes[0] if kind is None else kind

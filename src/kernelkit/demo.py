@@ -19,6 +19,7 @@ from rich.table import Table
 from kernelkit import demo_steps, runner
 from kernelkit.check import describe_exception
 from kernelkit.demo_steps import DemoContext, Outcome
+from kernelkit.target import resolve_device
 
 EXIT_FAILED, EXIT_INTERRUPTED = 1, 130
 RESULT_STYLE = {"ok": "[green]ok[/]", "failed": "[bold red]FAILED[/]", "skipped": "[yellow]skipped[/]"}
@@ -89,7 +90,7 @@ def run_demo(
         from kernelkit.errors import SpecError
 
         raise SpecError(f"--timeout must be positive, got {timeout}")
-    ctx = DemoContext(console, runner.resolve_device(device), timeout, quick, out_dir)
+    ctx = DemoContext(console, resolve_device(device), timeout, quick, out_dir)
     _print_header(ctx)
     outcomes: list[tuple[str, Outcome, float]] = []
     interrupted = False

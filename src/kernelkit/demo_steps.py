@@ -137,7 +137,7 @@ def _time(seconds: float | None) -> str:
 def check_sweeps(device: str, quick: bool) -> list[Sweep]:
     """GPU: edge shapes (odd, one long row, rows past a block's registers) in fp32 and bf16; CPU: the op's tiny
     CPU sizes in fp32 (the interpreter and simulator are slow, and the interpreter gets bf16 wrong)."""
-    from kernelkit import loader
+    from kernelkit.target import open_target
 
     if device == "cuda":
         dtypes = (FP32,) if quick else (FP32, BF16)
@@ -146,7 +146,7 @@ def check_sweeps(device: str, quick: bool) -> list[Sweep]:
         return [Sweep("square", square, dtypes), Sweep("softmax", softmax, dtypes)]
     sweeps = []
     for name in ("square", "softmax"):
-        sizes = tuple(loader.find_op(name).cpu_sizes)
+        sizes = tuple(open_target(name, device).op().cpu_sizes)
         sweeps.append(Sweep(name, sizes[:1] if quick else sizes, (FP32,)))
     return sweeps
 
@@ -186,10 +186,10 @@ def check_step(ctx: DemoContext) -> Outcome:
 
 def _builds_an_extension(op_name: str, impl_name: str) -> bool:
     """Whether the impl's kernels include a torch load_inline extension (a C++ build against torch's headers)."""
-    from kernelkit import loader
     from kernelkit.backends.cuda import InlineExtension
+    from kernelkit.target import open_target
 
-    impl = loader.find_op(op_name).impls.get(impl_name)
+    impl = open_target(op_name).op().impls.get(impl_name)
     return impl is not None and any(isinstance(k, InlineExtension) for k in impl.kernels)
 
 
@@ -204,25 +204,26 @@ def bench_sweeps(device: str, quick: bool) -> list[Sweep]:
     """GPU: sizes well past the 50 MB L2 (square 256 MiB of fp32; softmax short rows and long rows in bf16);
     CPU: each op's smallest CPU size in fp32 (the Numba simulator runs ~100 us per thread, and every timed call
     of every impl pays it)."""
-    from kernelkit import loader
+    from kernelkit.target import open_target
 
     if device == "cuda":
         if quick:
             return [Sweep("square", ((1 << 26,),), (FP32,)), Sweep("softmax", ((32768, 4096),), (BF16,))]
         return [Sweep("square", ((1 << 26,),), (FP32, BF16)), Sweep("softmax", ((8192, 1000), (32768, 4096)), (BF16,))]
-    return [Sweep(name, (min(loader.find_op(name).cpu_sizes, key=math.prod),), (FP32,))
+    return [Sweep(name, (min(open_target(name, device).op().cpu_sizes, key=math.prod),), (FP32,))
             for name in ("square", "softmax")]
 
 
 def bench_impls(op_name: str, device: str) -> list[str]:
     """Every impl on a GPU (an empty list: all); on the CPU those whose backend runs there (no CUDA C++). The
     baselines (eager, compile) come with every sweep, so they are not named (naming one would time it alone)."""
-    from kernelkit import backends, loader
+    from kernelkit import backends
     from kernelkit.sweep import BASELINES
+    from kernelkit.target import open_target
 
     if device == "cuda":
         return []
-    op = loader.find_op(op_name)
+    op = open_target(op_name, device).op()
     return [name for name, impl in op.impls.items()
             if backends.backend(impl.backend).runs_on(device) and name not in BASELINES]
 

@@ -20,11 +20,12 @@ from typing import Any
 
 import torch
 
-from kernelkit import backends, loader
+from kernelkit import backends
 from kernelkit.check import check_case, describe_exception
 from kernelkit.errors import SpecError
 from kernelkit.results import CaseResult, Status
 from kernelkit.spec import Case, Size
+from kernelkit.target import load, open_target
 
 DEFAULT_TIMEOUT = 60.0
 BUILD_TIMEOUT = 900.0  # loading the op and building its kernels (a cold load_inline build takes a minute)
@@ -49,18 +50,6 @@ class RunReport:
         return not self.interrupted and bool(self.results) and all(r.status.ok for r in self.results)
 
 
-def resolve_device(device: str | None) -> str:
-    """None -> 'cuda' when a GPU is visible, else 'cpu'. Asking for cuda without a GPU is an error."""
-    if device is None:
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    if device not in ("cpu", "cuda"):
-        raise SpecError(f"unknown device {device!r}; use cpu or cuda")
-    if device == "cuda" and not torch.cuda.is_available():
-        build = "this torch is a CPU build" if torch.version.cuda is None else "no GPU is visible"
-        raise SpecError(f"--device cuda asked for, but {build}; use --device cpu")
-    return device
-
-
 def plan(
     target: str,
     *,
@@ -71,11 +60,8 @@ def plan(
     seeds: int = 1,
 ) -> tuple[str, list[Case]]:
     """The device and the cases of ``target`` (a built-in op name or a .py file), without running them."""
-    dev = resolve_device(device)
-    backends.prepare_process(dev)
-    source = loader.resolve(target)
-    ops = loader.ops_of(target, source)
-    return dev, loader.make_cases(source, ops, dev, impls, sizes, dtypes, seeds)
+    opened = open_target(target, device)
+    return opened.device, opened.cases(impls, sizes, dtypes, seeds)
 
 
 def check(
@@ -131,7 +117,7 @@ def _run_here(case: Any, device: str, on_built: Callable[[], None] | None = None
     if not isinstance(case, Case):
         return case.execute(device, on_built)
     try:
-        op = loader.load(case.source)[case.op]
+        op = load(case.source)[case.op]
     except Exception as exc:  # noqa: BLE001 - reported as the case's status
         return _failed(case, device, Status.RUNTIME_ERROR, describe_exception(exc))
     return check_case(case, op, device, on_built)

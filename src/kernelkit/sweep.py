@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 
-from kernelkit import backends, loader, runner, verify
+from kernelkit import backends, runner, verify
 from kernelkit.check import describe_exception, reference_outputs
 from kernelkit.measure import timer
 from kernelkit.measure.measurement import BenchResult
@@ -32,6 +32,7 @@ from kernelkit.measure.stats import speedup
 from kernelkit.measure.timer import Contender, MeasureFailure, Settings
 from kernelkit.results import CaseResult, Status
 from kernelkit.spec import Case, Impl, Op, Size, dtype_name, parse_dtype
+from kernelkit.target import load, make_cases, open_target
 
 BASELINES = ("eager", "compile")  # eager: the reference as written; compile: torch.compile of it
 JOB_SLACK = 60.0  # seconds on top of the timing budget for one job: warm-up, probes, the final checks
@@ -112,7 +113,7 @@ class BenchJob:
         return outcome
 
     def _execute(self, device: str, on_built: Callable[[], None] | None, notices: list[str]) -> GroupOutcome:
-        op = loader.load(self.source)[self.op]
+        op = load(self.source)[self.op]
         dtype = parse_dtype(self.dtype)
         inputs, refs, los = reference_outputs(op, self.size, dtype, device, self.seed)
         nbytes, flops = op.cost(inputs, los)
@@ -259,12 +260,10 @@ def bench_op(
     store.Store to record the run in. Each (size, dtype) runs in a worker process: a crash or hang there ends that
     group, not the sweep.
     """
-    dev = runner.resolve_device(device)
+    opened = open_target(target, device)
+    dev, source, ops = opened.device, opened.source, opened.ops
     spend = timer.default_budget(dev) if budget is None else budget
     settings = Settings(mode=mode, budget=spend, rse_target=rse_target, graph_warm=graph_warm)
-    backends.prepare_process(dev)
-    source = loader.resolve(target)
-    ops = loader.ops_of(target, source)
     report = SweepReport(device=dev, mode=mode)
     groups = plan_groups(source, ops, dev, impls, sizes, dtypes, baselines)
     if store is not None:
@@ -323,7 +322,7 @@ def plan_groups(
     groups = []
     for op in ops:
         op_sizes = [tuple(s) for s in sizes] or op.bench_sizes_for(device)
-        cases = loader.make_cases(source, [op], device, wanted, op_sizes, dtypes) if wanted or not impls else []
+        cases = make_cases(source, [op], device, wanted, op_sizes, dtypes) if wanted or not impls else []
         cases = [c for c in cases if c.impl not in BASELINES]
         for size in op_sizes:
             for dtype in dtypes or op.dtypes:

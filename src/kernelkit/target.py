@@ -1,15 +1,112 @@
-"""One case, ready to run in this process: the op, the impl, and fresh inputs (for profile, ncu and asm)."""
+"""Open a target for a device: a built-in op name or a user's .py file, imported in a process prepared for it.
+
+    target = open_target("my_kernels.py", device="cpu")    # the process is prepared, then the file imported
+    target.ops                                             # the ops it names
+    target.cases(impls=["triton_flat"])                    # Cases for the runner (check, bench)
+    setup = target.case("triton_flat", size="64x48")       # one case with its inputs, ready to call here
+
+The one rule this module keeps: importing triton (or numba-cuda) fixes, for the whole process, whether their
+kernels run compiled or in the interpreter / simulator, and a user's file may import them at its top. So the
+process is prepared for the device (``backends.prepare_process``) before the target's file is imported. Every
+command and API function opens its target here; a worker prepares itself once when it starts, then ``load``s
+each case's op by its source.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import hashlib
+import importlib
+import importlib.util
+import os
+import sys
+import traceback
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import torch
 
-from kernelkit import backends, loader, runner
-from kernelkit.errors import LoadError
-from kernelkit.spec import Impl, Op, Size, dtype_name, to_dtype, to_size
+from kernelkit import backends
+from kernelkit.errors import LoadError, SpecError
+from kernelkit.ops import BUILTIN_OPS
+from kernelkit.spec import Case, Impl, Op, Size, dtype_name, to_dtype, to_size
+
+DEVICES = ("cpu", "cuda")
+
+_loaded: dict[str, dict[str, Op]] = {}
+
+
+def resolve_device(device: str | None) -> str:
+    """None -> 'cuda' when a GPU is visible, else 'cpu'. Asking for cuda without a GPU is an error."""
+    if device is None:
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if device not in DEVICES:
+        raise SpecError(f"unknown device {device!r}; use cpu or cuda")
+    if device == "cuda" and not torch.cuda.is_available():
+        build = "this torch is a CPU build" if torch.version.cuda is None else "no GPU is visible"
+        raise SpecError(f"--device cuda asked for, but {build}; use --device cpu")
+    return device
+
+
+@dataclass
+class Target:
+    """A target opened on one device: where its ops are defined and the ops it names.
+
+    ``name`` is the target as given (a built-in op name or a file path); ``source`` is what a worker loads it by
+    (a module name such as kernelkit.ops.square, or the file's absolute path); ``defined`` holds every op of the
+    source (a built-in op's module may define several), ``ops`` those the target names.
+    """
+
+    name: str
+    source: str
+    device: str
+    ops: list[Op]
+    defined: dict[str, Op] = field(default_factory=dict)
+
+    def op(self, name: str | None = None) -> Op:
+        """Op ``name`` of the source; a built-in name or a file of one op needs none."""
+        if name is None and self.name in self.defined:
+            return self.defined[self.name]
+        if name is None and len(self.defined) == 1:
+            return next(iter(self.defined.values()))
+        if name is None:
+            raise LoadError(f"{self.name} defines {len(self.defined)} ops ({', '.join(self.defined)}); name the one "
+                            "you mean")
+        if name not in self.defined:
+            raise LoadError(f"no op {name!r} in {self.name}; ops there: {', '.join(self.defined)}")
+        return self.defined[name]
+
+    def cases(self, impls: Sequence[str] = (), sizes: Sequence[Size] = (), dtypes: Sequence[torch.dtype] = (),
+              seeds: int = 1, ops: Sequence[Op] | None = None) -> list[Case]:
+        """Every case asked for, of ``ops`` (default: the target's); see ``make_cases``."""
+        return make_cases(self.source, self.ops if ops is None else ops, self.device, impls, sizes, dtypes, seeds)
+
+    def case(self, impl: str, *, op_name: str | None = None, size: Size | str | None = None,
+             dtype: torch.dtype | str | None = None, seed: int = 0, build: bool = True) -> CaseSetup:
+        """Impl ``impl`` of op ``op_name`` at one size and dtype, with its inputs made on the target's device.
+
+        size/dtype ('1823x781', 'bf16' or values) default as in ``pick``. ``build`` compiles the impl's CUDA
+        kernels and raises BackendUnavailable or CompileError when the impl cannot run here, as a check would.
+        """
+        op = self.op(op_name)
+        chosen, case_size, case_dtype = pick(op, impl, size, dtype, self.device)
+        if build:
+            backends.ensure_runnable(chosen, case_dtype, self.device)
+        inputs = tuple(op.make_inputs(case_size, case_dtype, torch.device(self.device), seed))
+        return CaseSetup(op, chosen, case_size, case_dtype, self.device, inputs, self.source)
+
+
+def open_target(target: str, device: str | None = None) -> Target:
+    """Prepare this process for ``device`` (default: cuda when a GPU is visible), then load ``target``: a
+    built-in op name or a .py file of ops. LoadError for an unknown name, a missing file or one that fails to
+    import; SpecError for a bad device."""
+    dev = resolve_device(device)
+    backends.prepare_process(dev)  # before the target's file can import triton or numba
+    source = resolve(target)
+    defined = load(source)
+    named = [defined[target]] if target in BUILTIN_OPS and target in defined else list(defined.values())
+    return Target(target, source, dev, named, defined)
 
 
 @dataclass
@@ -45,19 +142,9 @@ def prepare_case(
     seed: int = 0,
     build: bool = True,
 ) -> CaseSetup:
-    """Load ``target`` (a built-in op name or a .py file), pick the impl, make the inputs of one case.
-
-    size/dtype ('1823x781', 'bf16' or values) default as in ``pick``. ``build`` compiles the impl's CUDA kernels
-    and raises BackendUnavailable or CompileError when the impl cannot run here, as a check would report them.
-    """
-    dev = runner.resolve_device(device)
-    backends.prepare_process(dev)  # before the target's file imports triton or numba
-    op = loader.find_op(target, op_name)
-    chosen, case_size, case_dtype = pick(op, impl, size, dtype, dev)
-    if build:
-        backends.ensure_runnable(chosen, case_dtype, dev)
-    inputs = tuple(op.make_inputs(case_size, case_dtype, torch.device(dev), seed))
-    return CaseSetup(op, chosen, case_size, case_dtype, dev, inputs, loader.resolve(target))
+    """Open ``target`` (a built-in op name or a .py file) on ``device`` and make one case of impl ``impl``
+    (see ``Target.case``)."""
+    return open_target(target, device).case(impl, op_name=op_name, size=size, dtype=dtype, seed=seed, build=build)
 
 
 def pick(
@@ -77,3 +164,88 @@ def pick(
         supported = [d for d in op.dtypes if not chosen.dtypes or d in chosen.dtypes]
         case_dtype = (supported or op.dtypes)[0]
     return chosen, case_size, case_dtype
+
+
+# ---- finding ops: by source, in a process already prepared -------------------------------------------------
+
+
+def resolve(target: str) -> str:
+    """An op name or file path as typed by the user -> a source: a module name or an absolute file path."""
+    path = Path(target).expanduser()
+    if target.endswith(".py") or os.sep in target or path.exists():
+        if not path.is_file():
+            raise LoadError(f"no such file: {target!r}; give a built-in op ({', '.join(BUILTIN_OPS)}) or a .py file")
+        return str(path.resolve())
+    if target in BUILTIN_OPS:
+        return BUILTIN_OPS[target]
+    raise LoadError(f"unknown op {target!r}; built-in ops: {', '.join(BUILTIN_OPS)}; or give the path of a .py file")
+
+
+def load(source: str) -> dict[str, Op]:
+    """Import ``source`` once per process and return its ops by name. The process must be prepared already (a
+    worker, or after ``open_target``): ``source`` may import triton or numba."""
+    if source not in _loaded:
+        module = _import_file(source) if source.endswith(".py") else importlib.import_module(source)
+        ops = {v.name: v for v in vars(module).values() if isinstance(v, Op)}
+        if not ops:
+            raise LoadError(f"{source} defines no op; decorate a reference function with @kernelkit.op(...)")
+        _loaded[source] = ops
+    return _loaded[source]
+
+
+def _import_file(path: str) -> object:
+    digest = hashlib.sha256(path.encode()).hexdigest()[:10]
+    name = f"kernelkit_user_{Path(path).stem}_{digest}"
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise LoadError(f"cannot import {path}: not a Python file")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses, pickling and Triton's source lookup need the module registered
+    folder = str(Path(path).parent)
+    if folder not in sys.path:
+        sys.path.append(folder)  # the file may import modules that sit beside it, when loaded or when run
+    try:
+        spec.loader.exec_module(module)
+    except SyntaxError as exc:
+        del sys.modules[name]
+        line = (exc.text or "").strip()
+        raise LoadError(f"syntax error in {exc.filename}:{exc.lineno}: {exc.msg}\n    {line}") from None
+    except Exception as exc:
+        del sys.modules[name]
+        frames = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename == path]
+        where = f" (line {frames[-1].lineno})" if frames else ""
+        raise LoadError(f"importing {path} failed{where}: {type(exc).__name__}: {exc}") from None
+    return module
+
+
+def make_cases(
+    source: str,
+    ops: Sequence[Op],
+    device: str,
+    impls: Sequence[str] = (),
+    sizes: Sequence[Size] = (),
+    dtypes: Sequence[torch.dtype] = (),
+    seeds: int = 1,
+) -> list[Case]:
+    """Every (op, impl, size, dtype, seed) asked for. Unknown impl names are an error listing the known ones.
+
+    No ``impls``: every registered impl. Baselines (``compile``) run when named in ``impls``.
+    """
+    if seeds < 1:
+        raise SpecError(f"--seeds must be at least 1, got {seeds}")
+    known = {name for op in ops for name in op.all_impls()}
+    unknown = [name for name in impls if name not in known]
+    if unknown:
+        registered = ", ".join(sorted({name for op in ops for name in op.impls})) or "none"
+        baselines = ", ".join(sorted({name for op in ops for name in op.baselines}))
+        also = f"; baselines: {baselines}" if baselines else ""
+        raise LoadError(f"unknown impl {', '.join(map(repr, unknown))}; impls here: {registered}{also}")
+    cases = []
+    for op in ops:
+        chosen = [name for name in op.all_impls() if name in impls] if impls else list(op.impls)
+        for impl in chosen:
+            for size in sizes or op.sizes_for(device):
+                for dtype in dtypes or op.dtypes:
+                    for seed in range(seeds):
+                        cases.append(Case(source, op.name, impl, tuple(size), dtype_name(dtype), seed))
+    return cases

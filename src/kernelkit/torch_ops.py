@@ -31,9 +31,9 @@ from typing import Any
 
 import torch
 
-from kernelkit import loader
 from kernelkit.errors import SpecError
 from kernelkit.spec import BASELINES, Backward, Impl, Op
+from kernelkit.target import open_target
 
 NAMESPACE = "kernelkit"
 _SCALAR_TYPES: dict[type, str] = {bool: "bool", int: "SymInt", float: "float", str: "str"}
@@ -61,7 +61,7 @@ def torch_op(op: Op | str, impl: str, *, name: str | None = None) -> torch._ops.
     SpecError. The operator takes the reference's arguments and returns tensors of the reference's shapes and
     dtypes, e.g. square: (any shape) float -> same shape and dtype.
     """
-    spec = op if isinstance(op, Op) else loader.find_op(op)
+    spec = op if isinstance(op, Op) else open_target(op).op()
     chosen = _impl(spec, impl)
     opname = name or f"{spec.name}_{impl}"
     if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", opname):

@@ -21,10 +21,11 @@ from typing import Any, Literal
 
 import torch
 
-from kernelkit import loader, verify
+from kernelkit import verify
 from kernelkit.errors import LoadError, SpecError
 from kernelkit.ops import BUILTIN_OPS
 from kernelkit.spec import BASELINES, Op, Size, dtype_name
+from kernelkit.target import open_target
 
 ExportFormat = Literal["gpumode", "kernelbench"]
 FORMATS = ("gpumode", "kernelbench")
@@ -33,10 +34,7 @@ _FORMATS_DIR = Path(__file__).resolve().parent
 
 def exported_op(target: str, op_name: str) -> Op:
     """The op a generated file names: ``target`` is a built-in op name or an op file's path."""
-    from kernelkit import backends
-
-    backends.prepare_process("cuda" if torch.cuda.is_available() else "cpu")  # before an impl imports triton
-    return loader.find_op(target, op_name)
+    return open_target(target).op(op_name)  # the process prepared before an impl can import triton
 
 
 def exported_impl(target: str, op_name: str, impl: str) -> Callable[..., Any]:
@@ -70,7 +68,7 @@ def locate(op: Op, target: str | None = None) -> str:
     """How a generated file names the op's source: ``target`` if given, a built-in name, else the op's file."""
     if target is not None:
         return target
-    if op.name in BUILTIN_OPS and loader.find_op(op.name) is op:
+    if op.name in BUILTIN_OPS and open_target(op.name).op() is op:
         return op.name
     try:
         path = Path(inspect.getsourcefile(op.reference) or "").resolve()

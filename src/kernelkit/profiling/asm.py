@@ -17,12 +17,12 @@ from typing import Any
 
 import torch
 
-from kernelkit import backends, loader, runner
+from kernelkit import backends
 from kernelkit.backends.cuda import default_arch
 from kernelkit.errors import SpecError
 from kernelkit.profiling.sass import KernelAsm, SassMemory
 from kernelkit.spec import Size, dtype_name
-from kernelkit.target import CaseSetup, pick, prepare_case
+from kernelkit.target import CaseSetup, open_target, pick
 
 IRS = ("ttir", "ttgir", "llir", "ptx", "sass")
 DEFAULT_OUT_DIR = Path("kernelkit-results/asm")
@@ -93,14 +93,13 @@ def inspect(target: str, impl: str, *, ir: str = "sass", arch: str | None = None
 
 def _setup(target: str, impl: str, op_name: str | None, size: Size | str | None,
            dtype: torch.dtype | str | None) -> CaseSetup:
-    device = runner.resolve_device(None)
-    backends.prepare_process(device)  # before the target's file imports triton or numba
-    op = loader.find_op(target, op_name)
+    opened = open_target(target)
+    op = opened.op(op_name)
     # The code generated depends on the size: default to the op's first GPU size, even with no GPU here.
-    chosen, case_size, case_dtype = pick(op, impl, size if size is not None else op.sizes[0], dtype, device)
+    chosen, case_size, case_dtype = pick(op, impl, size if size is not None else op.sizes[0], dtype, opened.device)
     if chosen.dtypes and case_dtype not in chosen.dtypes:
         raise SpecError(f"impl {impl!r} supports {', '.join(map(dtype_name, chosen.dtypes))} only")
-    return prepare_case(target, impl, op_name=op.name, size=case_size, dtype=case_dtype, device=device, build=False)
+    return opened.case(impl, op_name=op.name, size=case_size, dtype=case_dtype, build=False)
 
 
 def print_summary(report: AsmReport, console: Any) -> None:

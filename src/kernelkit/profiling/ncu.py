@@ -21,8 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import kernelkit
-from kernelkit import loader, runner
+from kernelkit import target as targets
 from kernelkit.errors import BackendUnavailable, KernelkitError
 from kernelkit.profiling.ncu_csv import NcuKernel, parse_pages
 from kernelkit.spec import Size, dtype_name
@@ -172,22 +171,18 @@ def check_profile_output(output: str, returncode: int, report: Path, range_name:
 def resolve_case(target: str, impl: str, op_name: str | None, size: Size | str | None,
                  dtype: torch.dtype | str | None) -> tuple[str, list[str]]:
     """Load the op here (bad names fail fast, before ncu starts): -> (the case's label, the driver's arguments)."""
-    from kernelkit import backends
-    from kernelkit.target import CaseSetup, pick
-
-    backends.prepare_process("cuda")  # before the target's file imports triton or numba, as in prepare_case
-    source = loader.resolve(target)
-    op = loader.find_op(target, op_name)
-    chosen, case_size, case_dtype = pick(op, impl, size, dtype, "cuda")
-    label = CaseSetup(op, chosen, case_size, case_dtype, "cuda", ()).label
-    args = [source if Path(source).is_file() else target, impl, "--op", op.name,
+    opened = targets.open_target(target, "cuda")
+    op = opened.op(op_name)
+    chosen, case_size, case_dtype = targets.pick(op, impl, size, dtype, "cuda")
+    label = targets.CaseSetup(op, chosen, case_size, case_dtype, "cuda", ()).label
+    args = [opened.source if Path(opened.source).is_file() else target, impl, "--op", op.name,
             "--size", "x".join(map(str, case_size)), "--dtype", dtype_name(case_dtype)]
     return label, args
 
 
 def driver_env() -> dict[str, str]:
     """This environment, with this kernelkit first on PYTHONPATH so the driver imports the same code."""
-    here = str(Path(kernelkit.__file__).resolve().parent.parent)
+    here = str(Path(__file__).resolve().parents[2])  # the folder that holds this kernelkit package
     path = os.pathsep.join(filter(None, [here, os.environ.get("PYTHONPATH")]))
     return {**os.environ, "PYTHONPATH": path, "PYTHONUNBUFFERED": "1"}
 
@@ -210,7 +205,7 @@ def run_ncu(target: str, impl: str, *, op_name: str | None = None, size: Size | 
     (NcuPermissionError, NcuNoKernels) when ncu gives no profile, KernelkitError for a bad target or no GPU.
     """
     ncu_path = Path(ncu) if ncu else find_ncu()
-    runner.resolve_device("cuda")
+    targets.resolve_device("cuda")
     label, driver_args = resolve_case(target, impl, op_name, size, dtype)
     range_name = nvtx_range_name(label)
     env = driver_env()

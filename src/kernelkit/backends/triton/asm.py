@@ -101,12 +101,12 @@ def _child(spec: dict[str, Any], out: Path) -> dict[str, Any]:
     import torch
     import triton
 
-    from kernelkit import loader
     from kernelkit.spec import parse_dtype
+    from kernelkit.target import load
 
     if getattr(getattr(triton, "knobs", None), "runtime", None) is not None and triton.knobs.runtime.interpret:
         raise SpecError("the Triton interpreter is on in the compiling process; TRITON_INTERPRET must be 0 there")
-    op = loader.load(spec["source"])[spec["op"]]
+    op = load(spec["source"])[spec["op"]]
     impl = op.get_impl(spec["impl"])
     inputs = op.make_inputs(tuple(spec["size"]), parse_dtype(spec["dtype"]), torch.device("cpu"), spec["seed"])
     launches = _capture(lambda: impl.fn(*inputs), spec["config"] or 0)
