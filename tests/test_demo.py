@@ -8,13 +8,14 @@ import pytest
 from rich.console import Console
 from typer.testing import CliRunner
 
-from kernelkit import demo, demo_steps, sweep
+from kernelkit import demo, demo_steps
 from kernelkit.cli import app
 from kernelkit.demo_steps import Outcome
+from kernelkit.jobs import bench as sweep
+from kernelkit.jobs.bench import SweepReport
 from kernelkit.measure.measurement import BenchResult, Ceiling, Measurement
 from kernelkit.measure.stats import speedup
 from kernelkit.results import Status
-from kernelkit.sweep import SweepReport
 
 TITLES = [step.title for step in demo.steps()]
 

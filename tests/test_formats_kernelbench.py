@@ -13,10 +13,10 @@ import torch
 
 import kernelkit as kk
 from kernelkit import formats
-from kernelkit.check import check_case
 from kernelkit.errors import LoadError, SpecError
 from kernelkit.formats import kernelbench, scan
 from kernelkit.formats.jobs import VerdictJob
+from kernelkit.jobs.check import check_case
 from kernelkit.results import Status
 from kernelkit.spec import Case, Op, dtype_name
 from kernelkit.target import load

@@ -22,6 +22,7 @@ from kernelkit.backends.cuda import CudaKernel, InlineExtension, cuda_kernel, lo
 from kernelkit.codegen import GeneratedCode, codegen
 from kernelkit.doctor import DoctorReport, doctor
 from kernelkit.errors import BackendUnavailable, CompileError, KernelkitError, LaunchError, LoadError, SpecError
+from kernelkit.jobs.bench import SweepReport, bench_op
 from kernelkit.measure.device import Ceilings, calibrate
 from kernelkit.measure.measurement import BenchResult, Measurement
 from kernelkit.measure.timer import bench
@@ -34,7 +35,6 @@ from kernelkit.profiling.torch_profiler import ProfileResult, profile
 from kernelkit.results import CaseResult, Status
 from kernelkit.runner import RunReport, check, run_cases
 from kernelkit.spec import Case, Impl, Op, op
-from kernelkit.sweep import SweepReport, bench_op
 from kernelkit.torch_ops import torch_op
 
 __version__ = "0.1.0"

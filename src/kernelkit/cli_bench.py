@@ -57,9 +57,9 @@ def bench_command(
     interrupted (finished cases are kept in the store).
     """
     from kernelkit.cli import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_USAGE, _progress, err, out
+    from kernelkit.jobs.bench import bench_op
     from kernelkit.report.bench_table import bench_table
     from kernelkit.spec import parse_dtype, parse_size
-    from kernelkit.sweep import bench_op
 
     opened = None
     try:
@@ -116,18 +116,14 @@ def _skips(results: list) -> list[str]:
 
 def _warnings(results: list) -> list[str]:
     """Failures, each measurement's warnings, then what the workers warned about (once each, with a count)."""
+    from kernelkit.report.table import worker_warning_lines
+
     lines = [f"[red]{r.status.value}[/] {r.case_id}: {escape(r.message)}" for r in results if r.status.failed]
-    worker: dict[str, list[str]] = {}
     for r in results:
         m = r.measurement
         for warning in (m.warnings if m else []):
             lines.append(f"[yellow]warning[/] {r.case_id}: {escape(warning)}")
-        for warning in getattr(r, "warnings", []):
-            worker.setdefault(warning, []).append(r.case_id)
-    for warning, cases in worker.items():
-        where = cases[0] if len(cases) == 1 else f"{cases[0]} and {len(cases) - 1} more"
-        lines.append(f"[yellow]warning[/] ({escape(where)}): {escape(warning)}")
-    return lines
+    return lines + worker_warning_lines(results)
 
 
 def _write_outputs(report: object, json_path: Path | None, csv_path: Path | None, plot_dir: Path | None,

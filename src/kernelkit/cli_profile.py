@@ -49,8 +49,8 @@ def profile_command(
     which kernels wait on the CPU (launch-bound). Exit code: 0 when profiled, 1 when the kernel did not build or
     the impl raised, 2 for bad arguments or an impl that cannot run here.
     """
-    from kernelkit.check import describe_exception
     from kernelkit.cli import out
+    from kernelkit.errors import describe_exception
     from kernelkit.profiling.torch_profiler import print_profile, profile
 
     try:

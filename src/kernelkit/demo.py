@@ -17,8 +17,8 @@ from rich.markup import escape
 from rich.table import Table
 
 from kernelkit import demo_steps, runner
-from kernelkit.check import describe_exception
 from kernelkit.demo_steps import DemoContext, Outcome
+from kernelkit.errors import describe_exception
 from kernelkit.target import resolve_device
 
 EXIT_FAILED, EXIT_INTERRUPTED = 1, 130

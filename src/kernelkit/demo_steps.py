@@ -218,7 +218,7 @@ def bench_impls(op_name: str, device: str) -> list[str]:
     """Every impl on a GPU (an empty list: all); on the CPU those whose backend runs there (no CUDA C++). The
     baselines (eager, compile) come with every sweep, so they are not named (naming one would time it alone)."""
     from kernelkit import backends
-    from kernelkit.sweep import BASELINES
+    from kernelkit.jobs.bench import BASELINES
     from kernelkit.target import open_target
 
     if device == "cuda":
@@ -229,10 +229,10 @@ def bench_impls(op_name: str, device: str) -> list[str]:
 
 
 def bench_step(ctx: DemoContext) -> Outcome:
-    """sweep.bench_op of square and softmax against eager and torch.compile; one bench table each."""
+    """bench_op of square and softmax against eager and torch.compile; one bench table each."""
+    from kernelkit.jobs.bench import bench_op
     from kernelkit.report.bench_table import bench_table
     from kernelkit.results import Status
-    from kernelkit.sweep import bench_op
 
     budget = BENCH_BUDGET[ctx.device] / (2 if ctx.quick else 1)
     ctx.console.print(

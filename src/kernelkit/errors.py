@@ -1,6 +1,15 @@
-"""Exceptions kernelkit raises on purpose; each message names the problem and the fix."""
+"""Exceptions kernelkit raises on purpose (each message names the problem and the fix), and how any other exception
+is told in one line (``describe_exception``): a status message points at the user's own line."""
 
 from __future__ import annotations
+
+import sysconfig
+import traceback
+from pathlib import Path
+
+_PACKAGE_DIR = Path(__file__).resolve().parent
+_LIBRARY_DIRS = tuple({Path(p).resolve() for key in ("stdlib", "platstdlib", "purelib", "platlib")
+                       if (p := sysconfig.get_paths().get(key))})
 
 
 class KernelkitError(Exception):
@@ -29,3 +38,21 @@ class BackendUnavailable(KernelkitError):
 
 class LaunchError(KernelkitError, ValueError):
     """Arguments given to a kernel launch do not match the kernel (wrong dtype, device, count, ...)."""
+
+
+def describe_exception(exc: BaseException) -> str:
+    """'TypeError: ... (at my_kernels.py:12 in square_triton)': the message and the innermost user frame."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    user = [f for f in frames if _is_user_frame(f.filename)]
+    where = f" (at {user[-1].filename}:{user[-1].lineno} in {user[-1].name})" if user else ""
+    text = str(exc).strip().splitlines()
+    first = text[0] if text else ""
+    return f"{type(exc).__name__}: {first}{where}"
+
+
+def _is_user_frame(filename: str) -> bool:
+    """Frames of the user's code: not kernelkit's machinery (its built-in ops count), not installed libraries."""
+    path = Path(filename).resolve()
+    if path.is_relative_to(_PACKAGE_DIR):
+        return path.is_relative_to(_PACKAGE_DIR / "ops")
+    return not any(path.is_relative_to(lib) for lib in _LIBRARY_DIRS)

@@ -86,6 +86,7 @@ class CaseResult:
     flops: int | None = None
     log: str = ""  # the tail of what the worker printed, kept when a case fails
     details: dict[str, Any] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)  # what the worker warned about while it checked the case
 
     @property
     def case_id(self) -> str:

@@ -1,7 +1,8 @@
-"""Run cases in isolated worker processes: a crash, hang or poisoned CUDA context ends one case, not the run.
+"""Run jobs in isolated worker processes: a crash, hang or poisoned CUDA context ends one job, not the run.
 
-Workers are spawned (never forked: a forked CUDA context is unusable) and reused from case to case until one
-dies, hangs or loses its CUDA context; then it is replaced and the run goes on.
+Workers are spawned (never forked: a forked CUDA context is unusable) and reused from job to job until one dies,
+hangs or loses its CUDA context; then it is replaced and the run goes on. ``check`` and ``run_cases`` run one
+CheckJob per case; the benchmark (jobs/bench.py) sends its own jobs to a Worker.
 """
 
 from __future__ import annotations
@@ -16,16 +17,16 @@ import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import torch
 
 from kernelkit import backends
-from kernelkit.check import check_case, describe_exception
 from kernelkit.errors import SpecError
+from kernelkit.jobs import Job, JobResult
+from kernelkit.jobs.check import CheckJob
 from kernelkit.results import CaseResult, Status
 from kernelkit.spec import Case, Size
-from kernelkit.target import load, open_target
+from kernelkit.target import open_target
 
 DEFAULT_TIMEOUT = 60.0
 BUILD_TIMEOUT = 900.0  # loading the op and building its kernels (a cold load_inline build takes a minute)
@@ -100,7 +101,8 @@ def run_cases(
         worker = Worker(device, Path(tmp) / "worker.log") if isolate else None
         try:
             for case in cases:
-                result = worker.run(case, timeout) if worker else _run_here(case, device)
+                job = CheckJob(case)
+                result = worker.run(job, timeout) if worker else job.execute(device)
                 report.results.append(result)
                 if on_result is not None:
                     on_result(result)
@@ -112,32 +114,8 @@ def run_cases(
     return report
 
 
-def _run_here(case: Any, device: str, on_built: Callable[[], None] | None = None) -> Any:
-    """Run one job here: a Case is checked; any other job (a benchmark group) runs its own ``execute``."""
-    if not isinstance(case, Case):
-        return case.execute(device, on_built)
-    try:
-        op = load(case.source)[case.op]
-    except Exception as exc:  # noqa: BLE001 - reported as the case's status
-        return _failed(case, device, Status.RUNTIME_ERROR, describe_exception(exc))
-    return check_case(case, op, device, on_built)
-
-
-def _failed(case: Any, device: str, status: Status, message: str, log: str = "") -> Any:
-    if not isinstance(case, Case):
-        return case.failed(device, status, message, log)
-    return CaseResult(
-        op=case.op, impl=case.impl, backend="?", size=case.size, dtype=case.dtype, seed=case.seed,
-        device=device, status=status, message=message, log=log,
-    )
-
-
 class Worker:
-    """One spawned worker process at a time, replaced whenever it dies, hangs or loses its CUDA context.
-
-    A job is a Case (checked, answered with a CaseResult) or any picklable object with ``execute(device,
-    on_built)`` and ``failed(device, status, message, log)`` whose result has ``status``, ``log`` and ``details``.
-    """
+    """One spawned worker process at a time, replaced whenever it dies, hangs or loses its CUDA context."""
 
     def __init__(self, device: str, log_path: Path) -> None:
         self.device = device
@@ -145,29 +123,30 @@ class Worker:
         self.process: multiprocessing.process.BaseProcess | None = None
         self.conn: multiprocessing.connection.Connection | None = None
 
-    def run(self, case: Any, timeout: float) -> Any:
+    def run(self, job: Job, timeout: float) -> JobResult:
+        """``job`` run in the worker; ``timeout`` seconds for the job once it is built (``on_built``)."""
         if self.process is None:
             problem = self._start()
             if problem:
-                return _failed(case, self.device, Status.CRASHED, f"the worker failed to start: {problem}")
+                return job.failed(self.device, Status.CRASHED, f"the worker failed to start: {problem}")
         assert self.conn is not None and self.process is not None
         offset = self.log_path.stat().st_size if self.log_path.exists() else 0
-        self.conn.send(case)
-        # Two clocks: loading the op and building its kernels, then the case itself (see check_case's on_built).
-        reply = self._await(case, BUILD_TIMEOUT, "while loading the op and building its kernels")
+        self.conn.send(job)
+        # Two clocks: loading the op and building its kernels, then the job itself (see Job.execute's on_built).
+        reply = self._await(job, BUILD_TIMEOUT, "while loading the op and building its kernels")
         if reply == _BUILT:
-            reply = self._await(case, timeout, "")
-        if not hasattr(reply, "status"):
+            reply = self._await(job, timeout, "")
+        if not hasattr(reply, "status"):  # not a result: the worker's protocol is broken, the worker is suspect
             self._discard()
-            reply = _failed(case, self.device, Status.CRASHED, f"the worker sent {reply!r} instead of a result")
-        result = reply
+            reply = job.failed(self.device, Status.CRASHED, f"the worker sent {reply!r} instead of a result")
+        result: JobResult = reply
         if result.status.failed:
             result.log = self._log_since(offset)
         if result.details.get("context_lost"):
             self._discard()
         return result
 
-    def _await(self, case: Case, seconds: float, phase: str) -> object:
+    def _await(self, job: Job, seconds: float, phase: str) -> object:
         """The worker's next message; a TIMEOUT or CRASHED result when none comes (the worker is discarded)."""
         assert self.conn is not None
         if self.conn.poll(seconds):
@@ -176,11 +155,12 @@ class Worker:
             except (EOFError, OSError):
                 message = self._death_message()
                 self._discard()
-                return _failed(case, self.device, Status.CRASHED, message)
+                return job.failed(self.device, Status.CRASHED, message)
         self._discard()
         hint = "raise --timeout if the case is only slow" if not phase else "a build that never ends?"
-        return _failed(case, self.device, Status.TIMEOUT,
-                       f"no result after {seconds:g} s{' ' + phase if phase else ''}; the worker was killed ({hint})")
+        during = f" {phase}" if phase else ""
+        return job.failed(self.device, Status.TIMEOUT, f"no result after {seconds:g} s{during}; the worker was killed "
+                          f"({hint})")
 
     def _start(self) -> str:
         ctx = multiprocessing.get_context("spawn")
@@ -241,7 +221,7 @@ class Worker:
 
 
 def _worker_main(conn: multiprocessing.connection.Connection, device: str, log_path: str) -> None:
-    """The worker loop: receive a Case, send back its CaseResult; None means stop."""
+    """The worker loop: receive a job, send back its result; None means stop."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
     _redirect_output(log_path)
     faulthandler.enable()  # a segfault prints the Python stack (the user's line) into the log
@@ -249,12 +229,12 @@ def _worker_main(conn: multiprocessing.connection.Connection, device: str, log_p
     conn.send("ready")
     while True:
         try:
-            case = conn.recv()
+            job: Job | None = conn.recv()
         except (EOFError, OSError):
             return
-        if case is None:
+        if job is None:
             return
-        result = _run_here(case, device, on_built=lambda: conn.send(_BUILT))
+        result = job.execute(device, lambda: conn.send(_BUILT))
         sys.stdout.flush()
         sys.stderr.flush()
         conn.send(result)

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from kernelkit.check import describe_exception
+from kernelkit.errors import describe_exception
 from kernelkit.formats import gpumode, kernelbench
 from kernelkit.formats.verdicts import GpuModeVerdict, KernelBenchVerdict, gpumode_verdict, kernelbench_verdict
 from kernelkit.results import Status

@@ -14,8 +14,7 @@ from typing import Any
 
 import torch
 
-from kernelkit.check import describe_exception
-from kernelkit.errors import LoadError
+from kernelkit.errors import LoadError, describe_exception
 from kernelkit.formats import kernelbench
 from kernelkit.spec import Size
 

@@ -20,8 +20,7 @@ from typing import Any, Protocol
 import numpy
 import torch
 
-from kernelkit.check import describe_exception
-from kernelkit.errors import LoadError
+from kernelkit.errors import LoadError, describe_exception
 from kernelkit.formats import gpumode, kernelbench
 from kernelkit.results import Status
 

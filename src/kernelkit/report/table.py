@@ -77,7 +77,25 @@ def print_report(console: Console, results: Sequence[CaseResult], device: str, p
         console.print("\n[dim]skipped:[/]")
         for (impl, reason), n in skipped.items():
             console.print(f"  [dim]{escape(impl)} ({n} case{'s' if n > 1 else ''}): {escape(reason)}[/]")
+    warned = worker_warning_lines(results)
+    if warned:
+        console.print()
+        for line in warned:
+            console.print(line, highlight=False)
     console.print("\n" + summary_line(results, device, planned, interrupted), highlight=False)
+
+
+def worker_warning_lines(results: Sequence[Any]) -> list[str]:
+    """What the workers warned about, once per warning, with the case it came from (and how many more)."""
+    cases: dict[str, list[str]] = {}
+    for r in results:
+        for warning in getattr(r, "warnings", []):
+            cases.setdefault(warning, []).append(r.case_id)
+    lines = []
+    for warning, where in cases.items():
+        origin = where[0] if len(where) == 1 else f"{where[0]} and {len(where) - 1} more"
+        lines.append(f"[yellow]warning[/] ({escape(origin)}): {escape(warning)}")
+    return lines
 
 
 def _first_line(text: str) -> str:

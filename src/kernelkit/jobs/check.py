@@ -1,32 +1,56 @@
-"""Check one case in the current process: run the impl on fresh inputs and judge it against the reference.
+"""Check one case: run the impl on fresh inputs and judge it against the reference.
 
-The runner calls this inside a worker process; tests and debuggers may call it directly.
+``CheckJob`` is the job the runner sends to a worker for one case; ``check_case`` does the work in the current
+process (tests and debuggers may call it directly). ``judge`` holds the order of the checks of one call's outputs,
+written once: the benchmark's recheck of each timed output uses it too.
 """
 
 from __future__ import annotations
 
-import sysconfig
 import time
-import traceback
-from collections.abc import Callable, Sequence
-from pathlib import Path
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from kernelkit import backends, verify
-from kernelkit.errors import BackendUnavailable, CompileError
+from kernelkit.errors import BackendUnavailable, CompileError, describe_exception
+from kernelkit.jobs import OnBuilt, caught_warnings, unique
 from kernelkit.results import CaseResult, Status
 from kernelkit.spec import Case, Impl, Op, parse_dtype
+from kernelkit.target import load
 
 # The second input set (stale-output probe) uses a seed far from any the user is likely to pick.
 STALE_SEED_OFFSET = 7_919_000
-_PACKAGE_DIR = Path(__file__).resolve().parent
-_LIBRARY_DIRS = tuple({Path(p).resolve() for key in ("stdlib", "platstdlib", "purelib", "platlib")
-                       if (p := sysconfig.get_paths().get(key))})
 
 
-def check_case(case: Case, op: Op, device: str, on_built: Callable[[], None] | None = None) -> CaseResult:
+@dataclass(frozen=True)
+class CheckJob:
+    """Check ``case`` where the job runs: its op is loaded there by the case's source."""
+
+    case: Case
+
+    def execute(self, device: str, on_built: OnBuilt | None = None) -> CaseResult:
+        """The case's result, with what the worker warned about meanwhile; every exception becomes a status."""
+        notices: list[str] = []
+        with caught_warnings(notices):
+            try:
+                op = load(self.case.source)[self.case.op]
+            except Exception as exc:  # noqa: BLE001 - reported as the case's status
+                result = self.failed(device, Status.RUNTIME_ERROR, describe_exception(exc))
+            else:
+                result = check_case(self.case, op, device, on_built)
+        result.warnings = unique([*result.warnings, *notices])
+        return result
+
+    def failed(self, device: str, status: Status, message: str, log: str = "") -> CaseResult:
+        case = self.case
+        return CaseResult(op=case.op, impl=case.impl, backend="?", size=case.size, dtype=case.dtype, seed=case.seed,
+                          device=device, status=status, message=message, log=log)
+
+
+def check_case(case: Case, op: Op, device: str, on_built: OnBuilt | None = None) -> CaseResult:
     """Run ``case`` and return its result; every exception becomes a status, none escapes.
 
     ``on_built`` is called once the impl's kernels are built and the case itself starts (the runner starts the
@@ -42,7 +66,7 @@ def check_case(case: Case, op: Op, device: str, on_built: Callable[[], None] | N
         backends.ensure_runnable(impl, parse_dtype(case.dtype), device)
         if on_built is not None:
             on_built()
-        _judge(result, op, impl, case, device)
+        _check(result, op, impl, case, device)
     except BackendUnavailable as exc:
         result.status, result.message = Status.SKIPPED, str(exc)
     except (CompileError, SyntaxError) as exc:
@@ -60,7 +84,8 @@ def check_case(case: Case, op: Op, device: str, on_built: Callable[[], None] | N
     return result
 
 
-def _judge(result: CaseResult, op: Op, impl: Impl, case: Case, device: str) -> None:
+def _check(result: CaseResult, op: Op, impl: Impl, case: Case, device: str) -> None:
+    """One call judged; then a second input (a stale or unwritten output fails it); then the weak-test probes."""
     dtype = parse_dtype(case.dtype)
     atol, rtol = op.tolerance_for(dtype)
     inputs, refs, los = reference_outputs(op, case.size, dtype, device, case.seed)
@@ -70,7 +95,7 @@ def _judge(result: CaseResult, op: Op, impl: Impl, case: Case, device: str) -> N
     before = backends.build_state(op, impl)
     outs = _call(impl, inputs, los, device)
     result.details.update(backends.build_details(op, impl, before))  # tuning and compile time, apart from run time
-    verdict = _verdict(inputs, snapshot, outs, refs, los, atol, rtol)
+    verdict = judge(outs, refs, los, atol, rtol, inputs=inputs, snapshot=snapshot)
     if verdict.comparison is not None:
         result.max_abs_err = verdict.comparison.max_abs_err
         result.max_rel_err = verdict.comparison.max_rel_err
@@ -83,7 +108,7 @@ def _judge(result: CaseResult, op: Op, impl: Impl, case: Case, device: str) -> N
     stale_seed = case.seed + STALE_SEED_OFFSET
     inputs2, refs2, los2 = reference_outputs(op, case.size, dtype, device, stale_seed)
     snapshot2 = verify.clone_inputs(inputs2)
-    verdict2 = _verdict(inputs2, snapshot2, _call(impl, inputs2, los2, device), refs2, los2, atol, rtol)
+    verdict2 = judge(_call(impl, inputs2, los2, device), refs2, los2, atol, rtol, inputs=inputs2, snapshot=snapshot2)
     if verdict2.status is not Status.PASSED:
         result.status = verdict2.status
         result.message = f"the output did not follow a second input (seed {stale_seed}): {verdict2.message}"
@@ -145,11 +170,14 @@ def _poison_free_memory(expected: Sequence[torch.Tensor]) -> None:
             torch.full_like(like, float("nan"))
 
 
-def _verdict(
-    inputs: Sequence[Any], snapshot: Sequence[Any], outs: Sequence[Any], refs: Sequence[torch.Tensor],
-    los: Sequence[torch.Tensor], atol: float, rtol: float,
+def judge(
+    outs: Sequence[Any], refs: Sequence[torch.Tensor], los: Sequence[torch.Tensor], atol: float, rtol: float, *,
+    inputs: Sequence[Any] = (), snapshot: Sequence[Any] | None = None,
 ) -> verify.Verdict:
-    changed = verify.mutated_inputs(inputs, snapshot)
+    """The order of the checks of one call, written once: its inputs untouched (when a ``snapshot`` of them is
+    given), then its outputs' structure (count, kind, shape, dtype, device), then their values against the
+    reference ``refs`` (tolerance: ``atol``/``rtol`` plus twice the low-precision reference ``los``'s own error)."""
+    changed = verify.mutated_inputs(inputs, snapshot) if snapshot is not None else []
     if changed:
         which = ", ".join(f"argument {i}" for i in changed)
         return verify.Verdict(Status.INPUT_MUTATED, f"the impl changed its input ({which}); write to a new tensor")
@@ -163,24 +191,6 @@ def _verdict(
             where = f"output {i}: " if len(comparisons) > 1 else ""
             return verify.Verdict(Status.INCORRECT_NUMERICS, where + comp.describe(), comp)
     return verify.Verdict(Status.PASSED, "", worst)
-
-
-def describe_exception(exc: BaseException) -> str:
-    """'TypeError: ... (at my_kernels.py:12 in square_triton)': the message and the innermost user frame."""
-    frames = traceback.extract_tb(exc.__traceback__)
-    user = [f for f in frames if _is_user_frame(f.filename)]
-    where = f" (at {user[-1].filename}:{user[-1].lineno} in {user[-1].name})" if user else ""
-    text = str(exc).strip().splitlines()
-    first = text[0] if text else ""
-    return f"{type(exc).__name__}: {first}{where}"
-
-
-def _is_user_frame(filename: str) -> bool:
-    """Frames of the user's code: not kernelkit's machinery (its built-in ops count), not installed libraries."""
-    path = Path(filename).resolve()
-    if path.is_relative_to(_PACKAGE_DIR):
-        return path.is_relative_to(_PACKAGE_DIR / "ops")
-    return not any(path.is_relative_to(lib) for lib in _LIBRARY_DIRS)
 
 
 def _describe_compile_error(exc: BaseException) -> str:

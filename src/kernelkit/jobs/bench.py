@@ -1,10 +1,12 @@
-"""Benchmark an op: check every impl, then time impls and baselines side by side, one (size, dtype) at a time.
+"""Benchmark an op (``kernelkit bench``, ``kk.bench_op``): check every impl, then time impls and baselines side by
+side, one (size, dtype) at a time.
 
 For each (op, size, dtype) of the sweep, in one worker process:
 1. the correctness gate: each impl (and the torch.compile baseline) is checked as ``kernelkit check`` would;
    only the PASSED ones are timed;
 2. a BenchJob times them together with the eager and torch.compile baselines, interleaved (timer.bench_many),
-   each on its own fresh copy of the inputs; the output of each one's last timed call is checked again;
+   each on its own fresh copy of the inputs; the output of each one's last timed call is judged again (the
+   checks of jobs.check.judge, in their order);
 3. rates from the op's cost model, % of the device's calibrated ceilings (SUSPECT above 105%) and speedups
    against each baseline with a 95% bootstrap interval.
 Every result goes to the results store as soon as it exists, so an interrupted sweep keeps what finished.
@@ -15,9 +17,7 @@ What the worker warns about while timing (Python warnings, a failed calibration)
 from __future__ import annotations
 
 import tempfile
-import warnings
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,7 +25,9 @@ from typing import Any
 import torch
 
 from kernelkit import backends, runner, verify
-from kernelkit.check import describe_exception, reference_outputs
+from kernelkit.errors import describe_exception
+from kernelkit.jobs import OnBuilt, caught_warnings, unique
+from kernelkit.jobs.check import CheckJob, judge, reference_outputs
 from kernelkit.measure import timer
 from kernelkit.measure.measurement import BenchResult
 from kernelkit.measure.stats import speedup
@@ -58,7 +60,7 @@ class SweepReport:
 
 
 @dataclass
-class GroupOutcome:
+class BenchOutcome:
     """A BenchJob's answer from the worker: one BenchResult per contender, and what the worker warned about."""
 
     results: list[BenchResult]
@@ -90,8 +92,8 @@ class BenchJob:
         per = self.settings.budget + timer.WARMUP_MAX_SECONDS + PER_CONTENDER_SLACK
         return JOB_SLACK + len(self.contenders) * per
 
-    def failed(self, device: str, status: Status, message: str, log: str = "") -> GroupOutcome:
-        return GroupOutcome([self._result(name, role, device, status, message) for name, role in self.contenders],
+    def failed(self, device: str, status: Status, message: str, log: str = "") -> BenchOutcome:
+        return BenchOutcome([self._result(name, role, device, status, message) for name, role in self.contenders],
                             log=log)
 
     def _result(self, name: str, role: str, device: str, status: Status, message: str = "",
@@ -99,20 +101,20 @@ class BenchJob:
         return BenchResult(self.op, name, backend, self.size, self.dtype, device, self.settings.mode, status,
                            role=role, message=message)
 
-    def execute(self, device: str, on_built: Callable[[], None] | None = None) -> GroupOutcome:
+    def execute(self, device: str, on_built: OnBuilt | None = None) -> BenchOutcome:
         """Build each contender (its first call, timed), then time them all; failures are per contender.
 
         Warnings raised meanwhile (and kernelkit's own notices) come back in the outcome and in every result.
         """
         notices: list[str] = []
-        with _caught_warnings(notices):
+        with caught_warnings(notices):
             outcome = self._execute(device, on_built, notices)
-        outcome.warnings = _unique(notices)
+        outcome.warnings = unique(notices)
         for result in outcome.results:
             result.warnings.extend(w for w in outcome.warnings if w not in result.warnings)
         return outcome
 
-    def _execute(self, device: str, on_built: Callable[[], None] | None, notices: list[str]) -> GroupOutcome:
+    def _execute(self, device: str, on_built: OnBuilt | None, notices: list[str]) -> BenchOutcome:
         op = load(self.source)[self.op]
         dtype = parse_dtype(self.dtype)
         inputs, refs, los = reference_outputs(op, self.size, dtype, device, self.seed)
@@ -146,18 +148,22 @@ class BenchJob:
 
                 m.ceiling = device_info.ceiling_for(nbytes, flops, m.median, self.dtype, ceilings)
             result.measurement = m
-            verdict = _recheck(last[0], inputs, refs, los, atol, rtol)
+            verdict = _recheck(last[0], refs, los, atol, rtol)
             if verdict is not None:
                 result.status, result.message = verdict
         _speedups(list(results.values()))
         details = {"context_lost": True} if device == "cuda" and backends.cuda_context_lost() else {}
-        return GroupOutcome(list(results.values()), details=details)
+        return BenchOutcome(list(results.values()), details=details)
 
 
 def _contender_impl(op: Op, name: str) -> Impl:
-    if name == "eager" and "eager" not in op.impls:
-        return Impl("eager", "eager", op.reference, description="the reference, eager PyTorch")
-    return op.get_impl(name)
+    """The impl called ``name``, else the baseline of that name derived from the reference (eager: the reference)."""
+    if name in op.all_impls():
+        return op.get_impl(name)
+    derived = backends.baseline_impl(name, op)
+    if derived is None:
+        raise KeyError(f"op {op.name!r} has no impl or baseline {name!r}")
+    return derived
 
 
 def _prepare(
@@ -180,18 +186,14 @@ def _prepare(
 
 
 def _recheck(
-    output: Any, inputs: Sequence[Any], refs: Sequence[torch.Tensor], los: Sequence[torch.Tensor],
-    atol: float, rtol: float,
+    output: Any, refs: Sequence[torch.Tensor], los: Sequence[torch.Tensor], atol: float, rtol: float,
 ) -> tuple[Status, str] | None:
     """None when the last timed call's output is still right; else why not."""
-    outs = verify.as_outputs(output)
-    bad = verify.check_structure(outs, los)
-    if bad is not None:
-        return bad.status, f"the last timed call's output: {bad.message}"
-    for comp in verify.compare_outputs(outs, refs, los, atol, rtol):
-        if not comp.ok:
-            return Status.INCORRECT_NUMERICS, f"the last timed call's output is wrong: {comp.describe()}"
-    return None
+    verdict = judge(verify.as_outputs(output), refs, los, atol, rtol)
+    if verdict.status is Status.PASSED:
+        return None
+    wrong = " is wrong" if verdict.status is Status.INCORRECT_NUMERICS else ""
+    return verdict.status, f"the last timed call's output{wrong}: {verdict.message}"
 
 
 def _speedups(results: list[BenchResult]) -> None:
@@ -217,23 +219,6 @@ def _ceilings(device: str, notices: list[str]) -> Any:
     except Exception as exc:  # noqa: BLE001 - a result without % of ceiling beats no result
         notices.append(f"calibration failed, results carry no % of ceiling: {describe_exception(exc)}")
         return None
-
-
-@contextmanager
-def _caught_warnings(notices: list[str]) -> Iterator[None]:
-    """Python warnings raised in the block, as one line each in ``notices`` (and still in the worker's log)."""
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("default")
-        try:
-            yield
-        finally:
-            for w in caught:
-                notices.append(f"{w.category.__name__}: {w.message} ({Path(w.filename).name}:{w.lineno})")
-                print(warnings.formatwarning(w.message, w.category, w.filename, w.lineno), end="")
-
-
-def _unique(lines: Sequence[str]) -> list[str]:
-    return list(dict.fromkeys(lines))
 
 
 def bench_op(
@@ -295,7 +280,7 @@ def bench_op(
 
 
 @dataclass
-class Group:
+class BenchGroup:
     """One (op, size, dtype) of a sweep: the cases to check before timing, and the eager baseline if asked."""
 
     source: str
@@ -309,7 +294,7 @@ class Group:
 def plan_groups(
     source: str, ops: Sequence[Op], device: str, impls: Sequence[str], sizes: Sequence[Size],
     dtypes: Sequence[torch.dtype], baselines: bool,
-) -> list[Group]:
+) -> list[BenchGroup]:
     """One group per (op, size, dtype): impls (all, or those named) and the baselines (those named in ``impls``;
     if none is named, both unless ``baselines`` is False).
 
@@ -333,18 +318,18 @@ def plan_groups(
                 if "eager" in chosen and "eager" in op.impls:
                     mine.append(Case(source, op.name, "eager", tuple(size), name, 0))
                 eager = "eager" in chosen and "eager" not in op.impls
-                groups.append(Group(source, op.name, tuple(size), name, mine, eager))
+                groups.append(BenchGroup(source, op.name, tuple(size), name, mine, eager))
     return groups
 
 
 def _run_group(
-    worker: runner.Worker, group: Group, settings: Settings, device: str, timeout: float, emit: OnBenchResult,
+    worker: runner.Worker, group: BenchGroup, settings: Settings, device: str, timeout: float, emit: OnBenchResult,
 ) -> None:
     """Check the group's cases; time those that passed, with the baselines; emit every result."""
     passed: list[tuple[str, str]] = [("eager", "baseline")] if group.eager else []
     for case in group.cases:
         role = "baseline" if case.impl in BASELINES else "impl"
-        checked: CaseResult = worker.run(case, timeout)
+        checked: CaseResult = worker.run(CheckJob(case), timeout)
         if checked.status is Status.PASSED:
             passed.append((case.impl, role))
             continue
@@ -353,7 +338,7 @@ def _run_group(
     if not passed:
         return
     job = BenchJob(group.source, group.op, group.size, group.dtype, 0, tuple(passed), settings)
-    outcome: GroupOutcome = worker.run(job, job.timeout)
+    outcome: BenchOutcome = worker.run(job, job.timeout)
     for result in outcome.results:
         if result.status.failed and outcome.log:
             result.details.setdefault("log", outcome.log)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from kernelkit import sweep
+from kernelkit.jobs import bench as sweep
 from kernelkit.results import Status
 from kernelkit.store import Store
 
@@ -140,7 +140,7 @@ def test_a_crash_while_timed_ends_that_group_and_the_sweep_goes_on(tmp_path):
 def test_a_sweep_killed_midway_keeps_every_finished_case(tmp_path):
     db = tmp_path / "results.sqlite"
     code = (
-        "import sys; from kernelkit import sweep; from kernelkit.store import Store\n"
+        "import sys; from kernelkit.jobs import bench as sweep; from kernelkit.store import Store\n"
         f"s = Store.open({str(db)!r})\n"
         f"sweep.bench_op({OPS!r}, impls=['eager_add'], device='cpu', mode='hot', budget=0.3, store=s,\n"
         "               baselines=False, on_result=lambda r: print('RESULT', flush=True))\n"

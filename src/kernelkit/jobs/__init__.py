@@ -1,0 +1,63 @@
+"""What runs in a worker process: a Job, and the result it sends back.
+
+A job is plain, picklable data. The runner's Worker sends it to a worker process, which calls ``execute(device,
+on_built)`` there and sends back the result; when the worker dies or hangs, the Worker asks the job for the result
+that says so (``failed``). Two jobs ship with kernelkit: ``CheckJob`` (check.py: one case against its reference,
+with ``judge``, the order of the checks) and ``BenchJob`` (bench.py: the impls of one size and dtype timed side by
+side); formats.jobs.VerdictJob is a third.
+
+What the worker warns about while it runs a job (Python warnings, kernelkit's own notices) travels back in the
+result's ``warnings`` (``caught_warnings``), not only into the worker's log.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Protocol
+
+from kernelkit.results import Status
+
+OnBuilt = Callable[[], None]
+
+
+class JobResult(Protocol):
+    """What a job sends back: how it ended, what the worker printed (kept when it failed), and details (a lost
+    CUDA context sets ``details["context_lost"]``: the worker is then replaced)."""
+
+    status: Status
+    log: str
+    details: dict[str, Any]
+
+
+class Job(Protocol):
+    """Work for a worker process."""
+
+    def execute(self, device: str, on_built: OnBuilt | None = None) -> JobResult:
+        """Run here on ``device``; call ``on_built`` once what must be built is (the case's own clock starts)."""
+        ...
+
+    def failed(self, device: str, status: Status, message: str, log: str = "") -> JobResult:
+        """The result of this job when it could not run to the end (TIMEOUT, CRASHED, ...)."""
+        ...
+
+
+@contextmanager
+def caught_warnings(notices: list[str]) -> Iterator[None]:
+    """Python warnings raised in the block, as one line each in ``notices`` (and still printed, into the worker's
+    log)."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("default")
+        try:
+            yield
+        finally:
+            for w in caught:
+                notices.append(f"{w.category.__name__}: {w.message} ({Path(w.filename).name}:{w.lineno})")
+                print(warnings.formatwarning(w.message, w.category, w.filename, w.lineno), end="")
+
+
+def unique(lines: Sequence[str]) -> list[str]:
+    """``lines`` without repeats, in order."""
+    return list(dict.fromkeys(lines))
