@@ -100,7 +100,7 @@ class Environment:
         if self.mode == "kernel":
             from kernelkit.measure.kernel_time import KernelSampler
 
-            return KernelSampler(fn, self.kernel_timer, self.flush)
+            return KernelSampler(fn, self.kernel_timer, self.flush, self.clock)
         if self.mode == "hot":
             sampler = samplers.HotSampler(fn, estimate, self.clock)
             sampler.method = _hot_method(sampler.calls_per_sample, "one CUDA event pair")

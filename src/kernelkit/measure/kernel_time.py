@@ -10,6 +10,12 @@ module opens) and once on the device as a "gpu_user_annotation" spanning the ker
 are call ranges, and only kernels, memcpys and memsets are device work: counting the annotation as a second
 range gave every call a twin with no work (a median of half the true time), and counting it as device work
 would double a call's time where the annotation is not nested in its range.
+
+Whatever the source, no call's device work may exceed its own wall time on the host (measured with
+perf_counter_ns around the call and its synchronize): work counted twice, or timestamps in another unit than the
+nanoseconds they are read as, would; such a session is an error, never a result (``check_within_walls``).
+The SM clock is read once per batch in kernel mode, after one call's launch (while it runs), and samples under
+75% of the maximum clock are dropped as in the other modes.
 """
 
 from __future__ import annotations
@@ -20,13 +26,15 @@ from typing import Any
 
 import torch
 
-from kernelkit.measure.cupti_trace import CuptiTracer
+from kernelkit.measure.cupti_trace import CuptiTracer, Trace
 from kernelkit.measure.samplers import MeasureError, Sample, evict
 
 CALL_RANGE = "kernelkit::timed_call"
 DEVICE_WORK = ("kernel", "gpu_memcpy", "gpu_memset")  # Kineto activity types that are device work
 DEVICE_ANNOTATION = "gpu_user_annotation"
 KINETO_SOURCE = "torch.profiler (Kineto/CUPTI) records"
+WALL_SLACK = 0.02  # a call's device work may exceed its host wall time by this fraction (clock interpolation)...
+WALL_SLACK_NS = 2_000  # ...plus this much, before the session is not trusted
 Span = tuple[int, int]
 
 
@@ -56,37 +64,53 @@ class KernelTimer:
                 evict(flush)
             torch.cuda.synchronize()
 
-        ranges: list[Span] | None = None
+        trace: Trace | None = None
         if self.cupti is not None:
             try:
-                ranges, spans = self.cupti.trace(fns, before)
+                trace = self.cupti.trace(fns, before)
             except Exception:  # noqa: BLE001 - any CUPTI failure: torch.profiler reads the same records
                 self.cupti, self.source = None, KINETO_SOURCE
-        if ranges is None:
+        if trace is None:
             marks.clear()
-            ranges, spans = kineto_trace(fns, before)
+            trace = kineto_trace(fns, before)
         self.last_cost = (marks[-1] - marks[0]) / (len(marks) - 1) if len(marks) > 1 else None
-        if len(ranges) != len(fns):
-            raise MeasureError(f"mode kernel: {len(ranges)} call ranges recorded for {len(fns)} calls; the device "
-                               "times cannot be told apart")
-        if not spans:
+        if len(trace.ranges) != len(fns):
+            raise MeasureError(f"mode kernel: {len(trace.ranges)} call ranges recorded for {len(fns)} calls; the "
+                               "device times cannot be told apart")
+        if not trace.spans:
             raise MeasureError("mode kernel: the profiler recorded no GPU activity for the call (CPU-only work?)")
-        return group_by_call(ranges, spans)
+        times = group_by_call(trace.ranges, trace.spans)
+        check_within_walls(times, trace.walls, self.source)
+        return times
 
 
-def kineto_trace(fns: Sequence[Callable[[], Any]], before: Callable[[], None]) -> tuple[list[Span], list[Span]]:
-    """(host range of each call, every device span) from one torch.profiler session."""
+def check_within_walls(times: Sequence[float], walls_ns: Sequence[int], source: str) -> None:
+    """MeasureError when a call's device seconds exceed its wall time on the host (WALL_SLACK and WALL_SLACK_NS
+    allowed): its records were counted twice, or read in the wrong unit."""
+    for i, (seconds, wall) in enumerate(zip(times, walls_ns, strict=True)):
+        if seconds * 1e9 > wall * (1 + WALL_SLACK) + WALL_SLACK_NS:
+            raise MeasureError(
+                f"mode kernel: call {i} has {seconds * 1e6:.1f} us of device work recorded but lasted "
+                f"{wall / 1e3:.1f} us on the host, synchronize included; the {source} counted work twice or in "
+                "another clock, so these device times are not trusted")
+
+
+def kineto_trace(fns: Sequence[Callable[[], Any]], before: Callable[[], None]) -> Trace:
+    """(host range of each call, every device span, each call's wall ns) from one torch.profiler session."""
     from torch.profiler import ProfilerActivity, profile, record_function
 
+    walls: list[int] = []
     torch.cuda.synchronize()
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
         for fn in fns:
             before()
+            host = time.perf_counter_ns()
             with record_function(CALL_RANGE):  # the range lasts until the call's device work is done
                 fn()
                 torch.cuda.synchronize()
+            walls.append(time.perf_counter_ns() - host)
     events = list(prof.profiler.kineto_results.events())
-    return call_ranges(events), device_spans(events)
+    return Trace(call_ranges(events), device_spans(events), walls)
 
 
 def _activity(event: Any) -> str | None:
@@ -151,14 +175,22 @@ def _union_ns(spans: list[Span]) -> int:
 
 class KernelSampler:
     """kernel: each call's device time (see KernelTimer), cache evicted before each call as cold mode does (and
-    as Nsight Compute does by default); one tracing session per batch."""
+    as Nsight Compute does by default); one tracing session per batch.
+
+    Each call runs alone: the eviction, a synchronize, the call, a synchronize; the GPU idles between calls at
+    least as much as in cold mode (which queues eviction and call back to back), never more busy. ``clock``
+    (measure.clocks.ClockReader) is read once per batch, after the middle call's launch, so each sample carries
+    the SM clock it ran at and the timer drops those under 75% of the maximum, as it does in cold mode.
+    """
 
     device = "cuda"
 
-    def __init__(self, fn: Callable[[], Any], timer: KernelTimer, flush: torch.Tensor | None = None) -> None:
+    def __init__(self, fn: Callable[[], Any], timer: KernelTimer, flush: torch.Tensor | None = None,
+                 clock: Any = None) -> None:
         self.fn = fn
         self.timer = timer
         self.flush = flush
+        self.clock = clock
         self.calls_per_sample = 1
 
     @property
@@ -167,7 +199,11 @@ class KernelSampler:
 
     @property
     def method(self) -> str:
-        return f"kernel: device time of each call's kernels, memcpys and memsets, from {self.timer.source}"
+        clock = "; SM clock read once per batch" if self.clock is not None else ""
+        rate = getattr(getattr(self.timer, "cupti", None), "ticks_per_ns", 1.0)
+        ticks = f" (its clock counted {rate:.3f} ticks per ns: converted)" if rate != 1.0 else ""
+        return (f"kernel: device time of each call's kernels, memcpys and memsets, from {self.timer.source}"
+                f"{ticks}{clock}")
 
     def one(self) -> float:
         return self.batch(1)[0][0]
@@ -176,4 +212,20 @@ class KernelSampler:
         # A batch is one tracing session, sized by the timer from the cost of a traced call (last_cost); two calls
         # at least, so that cost is measured apart from the session's own start-up.
         del deadline
-        return [(t, None) for t in self.timer.times([self.fn] * max(k, 2), self.flush)]
+        fns = [self.fn] * max(k, 2)
+        readings: list[float] = []
+        if self.clock is not None:
+            fns[len(fns) // 2] = self._call_and_read_clock(readings)
+        times = self.timer.times(fns, self.flush)
+        mhz = readings[0] if readings else None
+        return [(t, mhz) for t in times]
+
+    def _call_and_read_clock(self, readings: list[float]) -> Callable[[], Any]:
+        fn, clock = self.fn, self.clock
+
+        def call() -> Any:
+            out = fn()
+            readings.append(clock.sm_clock_mhz())  # launched, not yet synchronized: the clock it runs at
+            return out
+
+        return call
