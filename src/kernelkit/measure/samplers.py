@@ -4,22 +4,28 @@ A sampler has ``calls_per_sample`` and ``batch(k, deadline)``: up to k samples, 
 sample, fewer once the host clock passes ``deadline`` (the budget holds within a batch, not only between
 batches). ``one()`` times a single call alone (warm-up). GPU samplers queue a whole batch before synchronizing
 once, so host-side syncs never fall inside a timed window; nothing but the calls themselves runs between a
-sample's two timestamps.
+sample's two timestamps. Python's garbage collector is paused while a batch is queued, as timeit (and so
+torch.utils.benchmark's Timer) pauses it: a collection inside a timed window is the host's cost, not the call's.
 
 - cold: one call per sample; before every sample an eviction buffer is read, outside the timed window, so each
   sample starts with the call's data out of cache. A read, not a write: a written buffer leaves dirty lines that
   the timed call would then pay to write back (measured: +7% on a 2^26-float kernel on an H100). Its size is
   ``eviction_bytes``: 2x the GPU's L2; on the CPU 2x the last-level cache but at most CPU_EVICTION_CAP.
 - hot: n back-to-back calls between one pair of timestamps (one CUDA event pair on a GPU, perf_counter_ns on the
-  CPU), no eviction; a sample is their mean, n chosen so a sample lasts about HOT_SAMPLE_SECONDS.
+  CPU), no eviction; a sample is their mean, n chosen so a sample lasts about HOT_SAMPLE_SECONDS. Between the
+  timestamps is a bare ``for _ in range(n): fn()``: ``fn`` is the user's function with its arguments bound by
+  functools.partial (timer.bench), which costs ~20 ns a call over calling it directly (a lambda around
+  ``fn(*args)``: ~40 ns), measured on the CPU; outputs are dropped as they come, as Timer drops them.
 - graph and kernel mode: graph.py and kernel_time.py.
 """
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -85,6 +91,18 @@ def past(deadline: float | None) -> bool:
     return deadline is not None and time.perf_counter() >= deadline
 
 
+@contextlib.contextmanager
+def paused_gc() -> Iterator[None]:
+    """Python's garbage collector off for the block (as timeit does), back on after it if it was on."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
 class CpuSampler:
     """Synchronous CPU work timed with perf_counter_ns: CPU timings, never GPU performance.
 
@@ -106,17 +124,18 @@ class CpuSampler:
         return (time.perf_counter_ns() - start) / 1e9
 
     def batch(self, k: int, deadline: float | None = None) -> list[Sample]:
-        fn, n = self.fn, self.calls_per_sample
+        fn, n, flush = self.fn, self.calls_per_sample, self.flush
         out: list[Sample] = []
-        for i in range(k):
-            if i and past(deadline):
-                break
-            if self.flush is not None:
-                evict(self.flush)
-            start = time.perf_counter_ns()
-            for _ in range(n):
-                fn()
-            out.append(((time.perf_counter_ns() - start) / 1e9 / n, None))
+        with paused_gc():
+            for i in range(k):
+                if i and past(deadline):
+                    break
+                if flush is not None:
+                    evict(flush)
+                start = time.perf_counter_ns()
+                for _ in range(n):
+                    fn()
+                out.append(((time.perf_counter_ns() - start) / 1e9 / n, None))
         return out
 
 
@@ -135,17 +154,20 @@ class EventSampler:
         return self.batch(1)[0][0]
 
     def batch(self, k: int, deadline: float | None = None) -> list[Sample]:
+        fn, flush = self.fn, self.flush
         pairs = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(k)]
+        stream = torch.cuda.current_stream()
         taken = 0
-        for start, end in pairs:
-            if taken and past(deadline):
-                break
-            if self.flush is not None:
-                evict(self.flush)
-            start.record()
-            self.fn()
-            end.record()
-            taken += 1
+        with paused_gc():
+            for start, end in pairs:
+                if taken and past(deadline):
+                    break
+                if flush is not None:
+                    evict(flush)
+                start.record(stream)
+                fn()
+                end.record(stream)
+                taken += 1
         mhz = self.clock.sm_clock_mhz() if self.clock is not None else None  # read while the batch runs
         torch.cuda.synchronize()
         return [(s.elapsed_time(e) / 1e3, mhz) for s, e in pairs[:taken]]
@@ -171,15 +193,17 @@ class HotSampler:
     def batch(self, k: int, deadline: float | None = None) -> list[Sample]:
         fn, n = self.fn, self.calls_per_sample
         pairs = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(k)]
+        stream = torch.cuda.current_stream()  # looked up once: end.record() would look it up inside the window
         taken = 0
-        for start, end in pairs:
-            if taken and past(deadline):
-                break
-            start.record()
-            for _ in range(n):
-                fn()
-            end.record()
-            taken += 1
+        with paused_gc():
+            for start, end in pairs:
+                if taken and past(deadline):
+                    break
+                start.record(stream)
+                for _ in range(n):
+                    fn()
+                end.record(stream)
+                taken += 1
         mhz = self.clock.sm_clock_mhz() if self.clock is not None else None
         torch.cuda.synchronize()
         return [(s.elapsed_time(e) / 1e3 / n, mhz) for s, e in pairs[:taken]]
