@@ -3,7 +3,9 @@
 All carry the gpu marker (skipped without a GPU). Targets, on an H100: kernel and cold mode agree within 3% on a
 kernel of >= 100 us; a Python loop of 200 tiny launches is launch-bound and one 50+ us kernel never is; hot mode
 over 4096 floats is within 1.2x of torch.utils.benchmark's Timer; graph mode (cold, rotating input copies) is
-within 5% of cold on a large kernel and no slower than do_bench_cudagraph + 10% on a tiny one.
+within 5% of cold on a large kernel and no slower than do_bench_cudagraph + 10% on a tiny one. Comparisons with a
+peer on a tiny kernel take the best of three alternating measurements of each (the host's launch rate drifts).
+A torch.profiler session in the process must not change what kernel mode reads afterwards.
 """
 
 from __future__ import annotations
@@ -50,6 +52,26 @@ def test_cupti_and_the_profiler_give_the_same_device_time(large):
     by_cupti = sorted(KernelTimer(cupti).times(calls))
     by_profiler = sorted(KernelTimer(None).times(calls))
     assert by_cupti[5] == pytest.approx(by_profiler[5], rel=0.03)
+    # torch.profiler has now switched CUPTI's clock to TSC ticks for the rest of the process: a new CUPTI session
+    # must still read nanoseconds (it read 2.09x, 366 us for 175, before each session measured the clock's rate)
+    fresh = KernelTimer(CuptiTracer.open())
+    after = sorted(fresh.times(calls))
+    assert after[5] == pytest.approx(by_cupti[5], rel=0.03), (after[5], by_cupti[5], fresh.source,
+                                                             getattr(fresh.cupti, "ticks_per_ns", None))
+    assert "CUPTI" in fresh.source  # the CUPTI session itself worked, with no fallback to the profiler
+
+
+def test_kernel_mode_after_a_profiler_session_reads_the_same_and_reports_the_clock(large):
+    from torch.profiler import ProfilerActivity, profile
+
+    before = kk.bench(torch.square, large, mode="kernel", budget=BUDGET)
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]):
+        torch.square(large)
+        torch.cuda.synchronize()
+    after = kk.bench(torch.square, large, mode="kernel", budget=BUDGET)
+    assert after.median == pytest.approx(before.median, rel=0.03), (after.median, before.median, after.method)
+    if after.max_clock_mhz:  # NVML here: each batch's SM clock is in the result
+        assert after.clocks_mhz and after.clock_scaling is not None and "SM clock" in after.method
 
 
 def test_a_python_loop_of_200_tiny_launches_is_launch_bound(tiny):
@@ -72,14 +94,29 @@ def test_one_large_kernel_is_never_launch_bound(mode):
     assert not _launch_bound(m), (m.median, m.kernel_seconds, m.warnings)
 
 
+def _best_of_alternating(ours, peer, rounds=3):
+    """(best of ours, best of peer) over ``rounds`` alternating measurements in this process: a host or GPU that
+    slows down for a while (clocks, a neighbour's load) then falls on both, not on whichever ran at that time."""
+    mine, theirs = [], []
+    for _ in range(rounds):
+        theirs.append(peer())
+        mine.append(ours())
+    return min(mine), min(theirs)
+
+
 def test_hot_mode_costs_no_more_than_torch_timer_on_a_launch_bound_call(tiny):
     import torch.utils.benchmark as benchmark
 
     timer = benchmark.Timer(stmt="torch.square(x)", globals={"torch": torch, "x": tiny})
-    peer = timer.blocked_autorange(min_run_time=1.0).median
-    m = kk.bench(torch.square, tiny, mode="hot", budget=BUDGET)
-    assert m.calls_per_sample > 1
-    assert m.median <= 1.2 * peer, (m.median, peer)
+    results = []
+
+    def ours():
+        results.append(kk.bench(torch.square, tiny, mode="hot", budget=BUDGET / 2))
+        return results[-1].median
+
+    mine, peer = _best_of_alternating(ours, lambda: timer.blocked_autorange(min_run_time=0.5).median)
+    assert all(m.calls_per_sample > 1 for m in results)
+    assert mine <= 1.2 * peer, (mine, peer, [m.median for m in results])
 
 
 def test_graph_mode_is_cold_by_default_and_agrees_with_cold_mode_on_a_large_kernel(large):
@@ -91,11 +128,22 @@ def test_graph_mode_is_cold_by_default_and_agrees_with_cold_mode_on_a_large_kern
 
 @pytest.mark.parametrize("warm", [False, True])
 def test_graph_mode_on_a_tiny_kernel_is_as_fast_as_do_bench_cudagraph(tiny, warm):
+    # The target: graph mode over 4096 floats no slower than do_bench_cudagraph + 10%. do_bench_cudagraph replays
+    # warm; graph mode is cold by default, and the two differ by ~0.2 us a call either way from one run to the
+    # next (1.73 vs 1.55, then 1.36 vs 1.60 us on an H100), so each is taken at its best of three, alternating.
     testing = pytest.importorskip("triton.testing")
-    peer = testing.do_bench_cudagraph(lambda: torch.square(tiny), return_mode="median") / 1e3
-    m = kk.bench(torch.square, tiny, mode="graph", graph_warm=warm, budget=BUDGET)
-    assert ("warm" in m.method) == warm
-    assert m.median <= 1.1 * peer, (m.method, m.median, peer)
+    results = []
+
+    def ours():
+        results.append(kk.bench(torch.square, tiny, mode="graph", graph_warm=warm, budget=BUDGET / 2))
+        return results[-1].median
+
+    def peer():
+        return testing.do_bench_cudagraph(lambda: torch.square(tiny), return_mode="median") / 1e3
+
+    mine, theirs = _best_of_alternating(ours, peer)
+    assert all(("warm" in m.method) == warm for m in results)
+    assert mine <= 1.1 * theirs, (results[0].method, [m.median for m in results], theirs)
 
 
 def test_graph_mode_rotates_outputs_as_well_as_inputs(tiny):
