@@ -86,13 +86,42 @@ def test_calibrate_on_the_cpu_prints_its_ceilings(fresh_cache):
 
 
 def test_worker_warnings_are_printed_once_with_the_cases_they_came_from():
-    from kernelkit.cli_bench import _warnings
     from kernelkit.measure.measurement import BenchResult
+    from kernelkit.report.bench_table import warning_lines
     from kernelkit.results import Status
 
     notice = "calibration failed, results carry no % of ceiling: RuntimeError: no GPU memory"
     results = [BenchResult("double", name, "eager", (64, 64), "float32", "cpu", "cold", Status.PASSED,
                            warnings=[notice]) for name in ("eager_add", "eager")]
-    lines = _warnings(results)
+    lines = warning_lines(results)
     assert len(lines) == 1
     assert "double/eager_add/64x64/float32 and 1 more" in lines[0] and "calibration failed" in lines[0]
+
+
+def test_the_html_reports_list_of_bench_flags_follows_the_bench_command():
+    import typer.main
+
+    from kernelkit.report.html_tables import BENCH_FLAGS
+
+    command = typer.main.get_command(app).commands["bench"]
+    flags = {name for p in command.params if getattr(p, "is_flag", False) for name in (*p.opts, *p.secondary_opts)}
+    assert flags == set(BENCH_FLAGS)
+
+
+def test_report_writes_one_html_page_of_a_stored_run(tmp_path: Path):
+    from kernelkit.measure.measurement import BenchResult
+    from kernelkit.results import Status
+    from kernelkit.store import Store
+
+    db = tmp_path / "results.db"
+    with Store.open(db) as store:
+        run = store.begin_run("kernelkit bench square", {"device_name": "CPU: test"}, op="square", device="cpu")
+        store.add_result(run, BenchResult("square", "eager", "eager", (4, 4), "float32", "cpu", "cold",
+                                          Status.SKIPPED, message="no reason"))
+        store.finish_run(run)
+    page = tmp_path / "out" / "report.html"
+    result = CliRunner().invoke(app, ["report", "latest", "--store", str(db), "-o", str(page)])
+    assert result.exit_code == 0, result.output
+    assert page.is_file() and "<html" in page.read_text() and f"wrote {page}" in result.output
+    missing = CliRunner().invoke(app, ["report", "7", "--store", str(db), "-o", str(page)])
+    assert missing.exit_code == 2 and "error:" in missing.output

@@ -10,7 +10,7 @@ from rich.console import Console
 
 import kernelkit as kk
 from kernelkit.jobs.check import CheckJob, judge
-from kernelkit.report.table import print_report
+from kernelkit.report.check_table import print_report
 from kernelkit.results import Status
 from kernelkit.spec import Case
 

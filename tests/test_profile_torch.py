@@ -23,13 +23,8 @@ from typer.testing import CliRunner
 import kernelkit as kk
 from kernelkit.errors import LoadError, SpecError
 from kernelkit.profiling import nvtx
-from kernelkit.profiling.torch_profiler import (
-    ProfileResult,
-    diagnose_launches,
-    events_from_chrome_trace,
-    format_diagnosis,
-    profile,
-)
+from kernelkit.profiling.torch_profiler import ProfileResult, diagnose_launches, events_from_chrome_trace, profile
+from kernelkit.report.profile_table import format_diagnosis
 
 LABEL = "square/eager/64x48/float32"  # the op's first CPU size and dtype
 

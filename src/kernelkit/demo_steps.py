@@ -154,7 +154,7 @@ def check_sweeps(device: str, quick: bool) -> list[Sweep]:
 def check_step(ctx: DemoContext) -> Outcome:
     """Every impl of square and softmax checked (one worker process for both ops), one check table per op."""
     from kernelkit import runner
-    from kernelkit.report.table import print_report, summary_line
+    from kernelkit.report.check_table import print_report, summary_line
 
     sweeps = check_sweeps(ctx.device, ctx.quick)
     cases = [case for sweep in sweeps
@@ -313,7 +313,8 @@ def _bench_notes(results: Sequence[Any]) -> list[str]:
 
 def profile_step(ctx: DemoContext) -> Outcome:
     """kk.profile of one square impl (triton_flat on a GPU, eager on the CPU) and its launch diagnosis."""
-    from kernelkit.profiling.torch_profiler import print_profile, profile
+    from kernelkit.profiling.torch_profiler import profile
+    from kernelkit.report.profile_table import print_profile
 
     impl = PROFILE_IMPL[ctx.device]
     if not ctx.gpu:
@@ -331,11 +332,12 @@ def profile_step(ctx: DemoContext) -> Outcome:
 
 def asm_step(ctx: DemoContext) -> Outcome:
     """kk.asm of square's cuda_vec4 and the summary the `asm` command prints, then what it says."""
-    from kernelkit.profiling.asm import inspect, print_summary
+    from kernelkit.profiling.asm import inspect
     from kernelkit.profiling.sass import SassMemory
+    from kernelkit.report.profile_table import print_asm_summary
 
     report = inspect("square", "cuda_vec4")
-    print_summary(report, ctx.console)
+    print_asm_summary(ctx.console, report)
     notes = []
     for k in report.kernels:
         r, m = k.resources, k.memory
@@ -355,7 +357,7 @@ def asm_step(ctx: DemoContext) -> Outcome:
 def ncu_step(ctx: DemoContext) -> Outcome:
     """kk.ncu of square triton_flat at a mid size, when there is a GPU and ncu; else skipped with the reason."""
     from kernelkit.profiling.ncu import NcuNotFound, NcuPermissionError, find_ncu, ncu_messages, run_ncu
-    from kernelkit.profiling.ncu_csv import print_kernels
+    from kernelkit.report.profile_table import print_kernels
 
     if not ctx.gpu:
         return _skip(ctx, "no GPU: Nsight Compute reads the counters of a kernel running on an NVIDIA GPU")

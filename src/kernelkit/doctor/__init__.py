@@ -16,13 +16,13 @@ from __future__ import annotations
 import time
 
 from kernelkit.doctor import machine, timing
-from kernelkit.doctor.report import Check, DoctorReport, print_report
+from kernelkit.doctor.report import Check, DoctorReport
 from kernelkit.doctor.timing import Bench, NcuTime
 
 DEFAULT_BUDGET = 1.0  # seconds of sampling per reference kernel and mode
 CPU_BUDGET = 0.5
 
-__all__ = ["Check", "DoctorReport", "doctor", "print_report"]
+__all__ = ["Check", "DoctorReport", "doctor"]
 
 
 def doctor(device: str | None = None, *, ncu: bool = True, budget: float | None = None, bench: Bench | None = None,

@@ -13,14 +13,13 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import torch
 
 from kernelkit import backends
 from kernelkit.backends.cuda import default_arch
 from kernelkit.errors import SpecError
-from kernelkit.profiling.sass import KernelAsm, SassMemory
+from kernelkit.profiling.sass import KernelAsm
 from kernelkit.spec import Size, dtype_name
 from kernelkit.target import CaseSetup, open_target, pick
 
@@ -100,27 +99,3 @@ def _setup(target: str, impl: str, op_name: str | None, size: Size | str | None,
     if chosen.dtypes and case_dtype not in chosen.dtypes:
         raise SpecError(f"impl {impl!r} supports {', '.join(map(dtype_name, chosen.dtypes))} only")
     return opened.case(impl, op_name=op.name, size=case_size, dtype=case_dtype, build=False)
-
-
-def print_summary(report: AsmReport, console: Any) -> None:
-    """The summary table (one row per kernel), then each kernel's details and the report's notes."""
-    from rich.table import Table
-
-    table = Table(title=f"{report.case} compiled for {report.arch}", title_justify="left")
-    for column in ("kernel", "registers", "spilled B (st/ld)", "shared B", "stack/local B", "global loads",
-                   "global stores"):
-        table.add_column(column)
-    for k in report.kernels:
-        r, m = k.resources, k.memory
-        widths = [SassMemory.describe(w) for w in (m.global_loads, m.global_stores)] if m else ["?", "?"]
-        table.add_row(k.name, _number(r.registers), f"{_number(r.spill_stores)}/{_number(r.spill_loads)}",
-                      _number(r.shared), f"{_number(r.stack)}/{_number(r.local)}", *widths)
-    console.print(table)
-    for k in report.kernels:
-        console.print("\n  ".join([f"{k.name} ({k.compiler}):", *k.details]), highlight=False, markup=False)
-    for note in report.notes:
-        console.print(f"note: {note}", highlight=False, markup=False)
-
-
-def _number(value: int | None) -> str:
-    return "?" if value is None else str(value)

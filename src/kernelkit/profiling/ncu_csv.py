@@ -19,13 +19,9 @@ from __future__ import annotations
 import csv
 import io
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
-
-from rich.console import Console
-from rich.markup import escape
-from rich.table import Table
 
 _TOOL_LINE = re.compile(r"^==[A-Z][A-Z-]*==")  # ==PROF==, ==WARNING==, ==ERROR==, ==DEBUG==
 _GROUPED = re.compile(r"[-+]?[1-9]\d{0,2}(,\d{3})+(\.\d*)?")  # 1,234 or 12,345,678.9: commas group thousands
@@ -243,56 +239,3 @@ def parse_pages(raw_text: str, details_text: str = "") -> list[NcuKernel]:
     for kernel in kernels:
         kernel.rules = rules.get(kernel.id, [])
     return kernels
-
-
-# The terminal view -------------------------------------------------------------------------------------------
-
-def _fmt(value: float | None, unit: str = "", digits: int = 1) -> str:
-    """12.5149 -> '12.5'; 1512352.0 -> '1,512,352' (no trailing zeros)."""
-    if value is None:
-        return "-"
-    text = f"{value:,.{digits}f}"
-    return (text.rstrip("0").rstrip(".") if "." in text else text) + unit
-
-
-def _duration(ns: float | None) -> str:
-    if ns is None:
-        return "-"
-    scale, unit = next(((s, u) for s, u in ((1e6, "ms"), (1e3, "us")) if ns >= s), (1.0, "ns"))
-    return f"{ns / scale:.3g} {unit}" if ns < 100 * scale else f"{ns / scale:,.0f} {unit}"
-
-
-def print_kernels(console: Console, title: str, kernels: Sequence[NcuKernel], metric_names: Sequence[str] = ()) -> None:
-    """The kernels table, then ncu's findings (largest estimated speedup first), then the metrics asked for."""
-    table = Table(title=title, title_justify="left")
-    for name in ("kernel", "time", "SM %", "memory %", "DRAM %", "occupancy %", "regs", "smem/block", "grid",
-                 "block"):
-        table.add_column(name, justify="left" if name in ("kernel", "grid", "block") else "right",
-                         overflow="fold", max_width=48 if name == "kernel" else None)
-    for k in kernels:
-        s = k.summary()
-        smem = s["shared_mem_per_block_bytes"]
-        table.add_row(escape(k.name), _duration(s["duration_ns"]), _fmt(s["sm_throughput_pct"]),
-                      _fmt(s["memory_throughput_pct"]), _fmt(s["dram_throughput_pct"]),
-                      _fmt(s["achieved_occupancy_pct"]), _fmt(s["registers_per_thread"], digits=0),
-                      "-" if smem is None else f"{smem:,.0f} B", k.grid_size, k.block_size)
-    console.print(table)
-    several = len(kernels) > 1
-    findings = Table(title="ncu findings", title_justify="left", show_lines=True)
-    for name in (["kernel"] if several else []) + ["rule", "type", "est. speedup", "finding"]:
-        findings.add_column(name, overflow="fold", justify="right" if name == "est. speedup" else "left")
-    ranked = sorted(((k, r) for k in kernels for r in k.rules), key=lambda kr: -(kr[1].speedup_pct or 0))
-    for kernel, rule in ranked:
-        findings.add_row(*([escape(kernel.name[:40])] if several else []), rule.name, rule.type,
-                         _fmt(rule.speedup_pct, "%"), escape(rule.message))
-    console.print(findings if ranked else "[dim]ncu's rules found nothing to report.[/]")
-    if metric_names:
-        extra = Table(title="requested metrics", title_justify="left")
-        for name in ("kernel", "metric", "value", "unit"):
-            extra.add_column(name, justify="right" if name == "value" else "left")
-        for k in kernels:
-            for name in metric_names:
-                m = k.metrics.get(name)
-                shown = "not in the report" if m is None else m.text if m.value is None else _fmt(m.value, digits=3)
-                extra.add_row(escape(k.name[:40]), name, shown, m.unit if m else "")
-        console.print(extra)

@@ -178,24 +178,6 @@ def _launch_warning(s: KernelStats) -> str:
             f"({', '.join(c for c in cpu if c)} per launch); fewer, larger launches, fusion or a CUDA graph help")
 
 
-def format_diagnosis(d: LaunchDiagnosis, device: str) -> str:
-    """The diagnosis as a few lines of text, for the terminal."""
-    if device != "cuda":
-        return "launch diagnosis: no device activity to diagnose: the case ran on the CPU (use --device cuda)."
-    if not d.has_device_activity:
-        return "launch diagnosis: no kernels ran in the active window (an empty input launches nothing)."
-    lines = [f"launch diagnosis: GPU busy {d.busy_fraction:.1%} of the {d.window_us:.1f} us active window "
-             f"({d.busy_us:.1f} us of device work)",
-             f"  {'kernel':<48} {'calls':>5} {'GPU us':>9} {'launch us':>10} {'idle before us':>15}  launch call"]
-    for k in d.kernels:
-        launch = f"{k.launch_us:.1f}" if k.launch_us is not None else "-"
-        gap = f"{k.gap_us:.1f}" if k.gap_us is not None else "-"
-        lines.append(f"  {k.name[:48]:<48} {k.count:>5} {k.device_us:>9.1f} {launch:>10} {gap:>15}  "
-                     f"{k.launch_api or '-'}")
-    lines.append("  (CPU times are taken under the profiler, which slows the CPU side: launch costs read high)")
-    return "\n".join(lines + [f"warning: {w}" for w in d.warnings])
-
-
 def profile(
     target: str,
     impl: str,
@@ -268,15 +250,3 @@ def _sort_key(averages: Any, device: str) -> str:
         return "cpu_time_total"
     probe = averages[0] if len(averages) else None
     return "device_time_total" if probe is None or hasattr(probe, "device_time_total") else "cuda_time_total"
-
-
-def print_profile(console: Any, result: ProfileResult) -> None:
-    """Print a ProfileResult on a rich Console: header, table, diagnosis, where the traces are."""
-    console.print(f"[bold]profile {result.label}[/] on {result.device}: {result.steps} profiled calls "
-                  f"(after {WAIT_STEPS} skipped and {WARMUP_STEPS} warm-up calls)", highlight=False)
-    plain = {"markup": False, "highlight": False, "soft_wrap": True}
-    console.print(result.table, **plain)
-    console.print(format_diagnosis(result.diagnosis, result.device), **plain)
-    console.print(f"trace: {result.trace_path} (open it in chrome://tracing or https://ui.perfetto.dev)", **plain)
-    for path in result.tensorboard_paths:
-        console.print(f"tensorboard trace: {path} (tensorboard --logdir {path.parent})", **plain)

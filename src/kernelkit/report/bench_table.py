@@ -1,4 +1,5 @@
-"""Terminal view of benchmark results: one rich Table, rows grouped by (size, dtype), with how it was measured.
+"""Terminal view of benchmark results: one rich Table, rows grouped by (size, dtype), with how it was measured; the
+lines under it (skips, failures, warnings); and the device's calibrated ceilings the rates are compared with.
 
 Every row shows the median with its spread and n; the caption says the mode, the statistic and the device, and
 says plainly when the timings are CPU timings.
@@ -8,14 +9,18 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from rich.markup import escape
 from rich.table import Table
 
 from kernelkit.measure.measurement import SUSPECT_PCT, BenchResult, Measurement
 from kernelkit.measure.stats import NOISY_IQR, Ratio
-from kernelkit.report.table import status_text
+from kernelkit.report.check_table import status_text, worker_warning_lines
 from kernelkit.results import Status
+
+if TYPE_CHECKING:
+    from kernelkit.measure.device import Ceilings
 
 LOW_CLOCKS = 0.9  # median SM clock under this fraction of the maximum: the GPU was throttled or idling down
 VS_BASELINES = ("eager", "compile")
@@ -54,7 +59,7 @@ def bench_table(results: Sequence[BenchResult], *, title: str = "", show_ci: boo
                          max_width=wrapping.get(name, 48 if name == "message" else None))
     baselines = baseline_impls(results)
     previous = None
-    for r in _ordered(results, baselines):
+    for r in ordered_results(results, baselines):
         group = (r.op, r.size, r.dtype)
         if previous is not None and group != previous:
             table.add_section()
@@ -62,8 +67,8 @@ def bench_table(results: Sequence[BenchResult], *, title: str = "", show_ci: boo
         m = r.measurement if r.measurement is not None and r.measurement.samples else None
         cells = [*([escape(r.op)] if show_op else []), _impl_cell(r.impl, r.impl in baselines),
                  "x".join(map(str, r.size)), r.dtype,
-                 *_timing_cells(m), _rate(m.gbps if m else None),
-                 *([_rate(m.tflops if m else None)] if show_tflops else []), ceiling_text(m),
+                 *_timing_cells(m), rate_text(m.gbps if m else None),
+                 *([rate_text(m.tflops if m else None)] if show_tflops else []), ceiling_text(m),
                  *(speedup_text(r.speedups.get(name), show_ci) for name in vs), status_text(r.status),
                  escape(notes_text(m)), *([escape(_first_line(r.message))] if show_message else [])]
         table.add_row(*cells)
@@ -146,7 +151,7 @@ def _impl_cell(impl: str, baseline: bool) -> str:
     return f"[dim]{escape(impl)} (baseline)[/]" if baseline else escape(impl)
 
 
-def _ordered(results: Sequence[BenchResult], baselines: set[str]) -> list[BenchResult]:
+def ordered_results(results: Sequence[BenchResult], baselines: set[str]) -> list[BenchResult]:
     """Grouped by op, then size (by element count), then dtype in first-seen order; impls before baselines."""
     ops = {op: i for i, op in enumerate(dict.fromkeys(r.op for r in results))}
     dtypes = {d: i for i, d in enumerate(dict.fromkeys(r.dtype for r in results))}
@@ -155,7 +160,7 @@ def _ordered(results: Sequence[BenchResult], baselines: set[str]) -> list[BenchR
                                           r.impl in baselines, order[id(r)]))
 
 
-def _rate(value: float | None) -> str:
+def rate_text(value: float | None) -> str:
     return "" if value is None else _three_digits(value)
 
 
@@ -167,3 +172,35 @@ def _three_digits(value: float) -> str:
 
 def _first_line(text: str) -> str:
     return text.strip().splitlines()[0] if text.strip() else ""
+
+
+def skip_lines(results: Sequence[BenchResult]) -> list[str]:
+    """One line per skipped impl and reason (not a table row per size and dtype)."""
+    reasons: dict[tuple[str, str], list[str]] = {}
+    for r in results:
+        if r.status is Status.SKIPPED:
+            cases = reasons.setdefault((r.impl, r.message), [])
+            if r.dtype not in cases:
+                cases.append(r.dtype)
+    return [f"[dim]skipped[/] {impl} ({', '.join(dtypes)}): {escape(reason)}"
+            for (impl, reason), dtypes in reasons.items()]
+
+
+def warning_lines(results: Sequence[BenchResult]) -> list[str]:
+    """Failures, each measurement's warnings, then what the workers warned about (once each, with a count)."""
+    lines = [f"[red]{r.status.value}[/] {r.case_id}: {escape(r.message)}" for r in results if r.status.failed]
+    for r in results:
+        for warning in (r.measurement.warnings if r.measurement else []):
+            lines.append(f"[yellow]warning[/] {r.case_id}: {escape(warning)}")
+    return lines + worker_warning_lines(results)
+
+
+def ceilings_table(ceilings: Ceilings) -> Table:
+    """The calibrated ceilings of one device: copy bandwidth and each matmul rate, with how each was measured."""
+    table = Table(title=f"ceilings of {ceilings.device_name}", title_justify="left")
+    for name in ("ceiling", "value", "how"):
+        table.add_column(name)
+    table.add_row("copy bandwidth", f"{ceilings.copy_gbps:,.0f} GB/s", str(ceilings.notes.get("copy", "")))
+    for kind, rate in ceilings.matmul_tflops.items():
+        table.add_row(f"matmul {kind}", f"{rate:,.1f} TFLOP/s", str(ceilings.notes.get(kind, "")))
+    return table

@@ -22,10 +22,7 @@ from rich.text import Text
 from kernelkit.measure.measurement import BenchResult
 from kernelkit.measure.stats import Stats
 from kernelkit.report.bench_table import baseline_impls, ceiling_text, format_time
-from kernelkit.report.plot import TIME, Metric, choose_metric
-from kernelkit.report.plot import _ceiling as ceiling_line
-from kernelkit.report.plot import _groups as plot_groups
-from kernelkit.report.plot import _ordered_sizes as ordered_sizes
+from kernelkit.report.plot import TIME, Metric, ceiling_line, choose_metric, ordered_sizes, plot_groups
 
 # matplotlib's tab10: distinct, readable on white, and the colours of the report's PNG plots.
 PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22",

@@ -15,9 +15,15 @@ from typing import Any
 
 from kernelkit.measure.measurement import BenchResult
 from kernelkit.measure.stats import Ratio
-from kernelkit.report.bench_table import VS_BASELINES, baseline_impls, ceiling_text, format_time, notes_text
-from kernelkit.report.bench_table import _ordered as ordered_results
-from kernelkit.report.bench_table import _rate as rate_text
+from kernelkit.report.bench_table import (
+    VS_BASELINES,
+    baseline_impls,
+    ceiling_text,
+    format_time,
+    notes_text,
+    ordered_results,
+    rate_text,
+)
 from kernelkit.report.html_plots import attr, plain
 from kernelkit.results import Status
 from kernelkit.store import CaseChange, Comparison

@@ -58,7 +58,7 @@ def plot_results(results: Sequence[BenchResult], out_dir: str | Path, *, ceiling
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     paths = []
-    groups = _groups(results)
+    groups = plot_groups(results)
     several_devices = len({device for *_, device in groups}) > 1
     for (op, dtype, mode, device), group in groups.items():
         fig = build_figure(group, ceilings=ceilings)
@@ -86,7 +86,7 @@ def build_figure(results: Sequence[BenchResult], *, ceilings: Ceilings = None) -
     FigureCanvasAgg(fig)
     ax = fig.add_subplot()
     metric = choose_metric(timed)
-    sizes = _ordered_sizes(timed)
+    sizes = ordered_sizes(timed)
     baselines = baseline_impls(timed)
     for impl, rows in _by_impl(timed).items():
         rows.sort(key=lambda r: sizes.index(r.size))
@@ -102,9 +102,9 @@ def build_figure(results: Sequence[BenchResult], *, ceilings: Ceilings = None) -
         (line,) = ax.plot(xs, ys, marker="o", linestyle="--" if dashed else "-",
                           label=f"{impl} (baseline)" if dashed else impl)
         ax.fill_between(xs, lo, hi, color=line.get_color(), alpha=0.2, linewidth=0, label=f"_{impl} p20-p80")
-    ceiling_line = _ceiling(timed, metric, ceilings)
-    if ceiling_line:
-        value, label = ceiling_line
+    roof = ceiling_line(timed, metric, ceilings)
+    if roof:
+        value, label = roof
         ax.axhline(value, color="black", linestyle=":", linewidth=1.2, label=label)
     ax.set_xticks(range(len(sizes)), ["x".join(map(str, s)) for s in sizes], rotation=30 if len(sizes) > 4 else 0)
     ax.set_xlabel("size")
@@ -131,7 +131,7 @@ def choose_metric(results: Sequence[BenchResult]) -> Metric:
     return GBPS if has_bytes else TIME
 
 
-def _ceiling(results: Sequence[BenchResult], metric: Metric, ceilings: Ceilings) -> tuple[float, str] | None:
+def ceiling_line(results: Sequence[BenchResult], metric: Metric, ceilings: Ceilings) -> tuple[float, str] | None:
     """The ceiling line for ``metric``: the results' own calibrated ceiling, else the one given to plot_results."""
     if metric is TIME or not results:
         return None
@@ -160,7 +160,7 @@ def _title(results: Sequence[BenchResult]) -> str:
     return title
 
 
-def _groups(results: Sequence[BenchResult]) -> dict[tuple[str, str, str, str], list[BenchResult]]:
+def plot_groups(results: Sequence[BenchResult]) -> dict[tuple[str, str, str, str], list[BenchResult]]:
     """Timed results by (op, dtype, mode, device): timings of different modes or devices never share a line."""
     groups: dict[tuple[str, str, str, str], list[BenchResult]] = {}
     for r in results:
@@ -176,7 +176,7 @@ def _by_impl(results: Sequence[BenchResult]) -> dict[str, list[BenchResult]]:
     return rows
 
 
-def _ordered_sizes(results: Sequence[BenchResult]) -> list[tuple[int, ...]]:
+def ordered_sizes(results: Sequence[BenchResult]) -> list[tuple[int, ...]]:
     """Distinct sizes by the case's bytes when every size has them, else by element count."""
     bytes_of: dict[tuple[int, ...], int] = {}
     for r in results:

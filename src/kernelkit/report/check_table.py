@@ -1,16 +1,19 @@
-"""Terminal views of check results: one table, then the details of what did not pass."""
+"""Terminal views of check results: one table, then the details of what did not pass, the skips and warnings."""
 
 from __future__ import annotations
 
 import collections
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
 from kernelkit.results import CaseResult, Status
+
+if TYPE_CHECKING:
+    from kernelkit.runner import RunReport
 
 STYLES = {
     Status.PASSED: "green",
@@ -104,3 +107,19 @@ def _first_line(text: str) -> str:
 
 def _tail(text: str, lines: int) -> str:
     return "\n".join(text.rstrip().splitlines()[-lines:])
+
+
+def check_json(report: RunReport, version: str) -> dict[str, object]:
+    """The check report as ``kernelkit check --json`` prints it (``version``: kernelkit's): the run, then every
+    result."""
+    import torch
+
+    return {
+        "device": report.device,
+        "gpu": torch.cuda.get_device_name() if report.device == "cuda" else None,
+        "planned": report.planned,
+        "interrupted": report.interrupted,
+        "torch": torch.__version__,
+        "kernelkit": version,
+        "results": [r.to_dict() for r in report.results],
+    }

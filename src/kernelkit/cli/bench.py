@@ -1,4 +1,4 @@
-"""The measurement commands of the CLI (bench, calibrate, runs, compare): parse arguments, call the library, print."""
+"""The measurement commands (bench, calibrate, runs, compare, report): parse arguments, call the library, print."""
 
 from __future__ import annotations
 
@@ -9,14 +9,26 @@ from typing import Annotated
 
 import typer
 from rich.markup import escape
-from rich.table import Table
 
-from kernelkit.cli_profile import TargetArg, fail
+from kernelkit.cli.common import (
+    EXIT_FAILED,
+    EXIT_INTERRUPTED,
+    EXIT_USAGE,
+    DeviceOpt,
+    RunArg,
+    StoreOpt,
+    TargetArg,
+    err,
+    fail,
+    open_store,
+    out,
+    parse_dtypes,
+    parse_sizes,
+    progress,
+    run_ref,
+)
 from kernelkit.errors import KernelkitError
 from kernelkit.results import Status
-
-StoreOpt = Annotated[Path | None, typer.Option("--store", help="The results database; default: in the cache dir.")]
-DeviceOpt = Annotated[str | None, typer.Option(help="cpu or cuda; default: cuda when a GPU is visible.")]
 
 
 def register(app: typer.Typer) -> None:
@@ -24,6 +36,7 @@ def register(app: typer.Typer) -> None:
     app.command("calibrate")(calibrate_command)
     app.command("runs")(runs_command)
     app.command("compare")(compare_command)
+    app.command("report")(report_command)
 
 
 def bench_command(
@@ -35,6 +48,8 @@ def bench_command(
     mode: Annotated[str, typer.Option(help="cold (cache evicted per sample), hot (back-to-back calls), graph "
                                            "(CUDA-graph replay, cold) or kernel (the kernels' device time).")]
     = "cold",
+    # A flag (an option with no value) added here goes into report.html_tables.BENCH_FLAGS too: the HTML report
+    # reads stored command lines with it (tests/test_cli_bench.py checks the two agree).
     graph_warm: Annotated[bool, typer.Option("--graph-warm", help="Graph mode without rotating input copies: "
                                              "replays read warm L2 when the inputs fit.")] = False,
     device: DeviceOpt = None,
@@ -56,28 +71,25 @@ def bench_command(
     Exit code: 0 when every case that ran was correct and timed, 1 otherwise, 2 for bad arguments, 130 when
     interrupted (finished cases are kept in the store).
     """
-    from kernelkit.cli import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_USAGE, _progress, err, out
     from kernelkit.jobs.bench import bench_op
-    from kernelkit.report.bench_table import bench_table
-    from kernelkit.spec import parse_dtype, parse_size
+    from kernelkit.measure.measurement import BenchResult
+    from kernelkit.report.bench_table import bench_table, skip_lines, warning_lines
 
     opened = None
     try:
-        size_list = [parse_size(s) for s in sizes.split(",")] if sizes else []
-        dtype_list = [parse_dtype(d) for d in dtypes.split(",")] if dtypes else []
-        opened = None if no_store else _open_store(store)
-        with _progress(False) as progress:
-            task = progress.add_task("benchmarking", total=None)
+        size_list, dtype_list = parse_sizes(sizes), parse_dtypes(dtypes)
+        opened = None if no_store else open_store(store)
+        with progress() as bar:
+            task = bar.add_task("benchmarking", total=None)
 
-            def advance(result: object) -> None:
-                progress.update(task, advance=1, description=f"{result.impl} {'x'.join(map(str, result.size))} "
-                                f"{result.dtype} {result.status.value}")
+            def advance(result: BenchResult) -> None:
+                bar.update(task, advance=1, description=f"{result.impl} {'x'.join(map(str, result.size))} "
+                           f"{result.dtype} {result.status.value}")
 
             report = bench_op(
                 target, impls=impl or [], sizes=size_list, dtypes=dtype_list, device=device, mode=mode,
                 budget=budget, rse_target=rse, baselines=baselines, graph_warm=graph_warm, timeout=timeout,
-                store=opened,
-                command=shlex.join(["kernelkit", *sys.argv[1:]]), on_result=advance,
+                store=opened, command=shlex.join(["kernelkit", *sys.argv[1:]]), on_result=advance,
             )
     except KernelkitError as exc:
         raise fail(exc, EXIT_USAGE) from None
@@ -85,9 +97,9 @@ def bench_command(
         if opened is not None:
             opened.close()
     out.print(bench_table([r for r in report.results if r.status is not Status.SKIPPED]))
-    for line in _skips(report.results) + _warnings(report.results):
+    for line in skip_lines(report.results) + warning_lines(report.results):
         out.print(line, highlight=False)
-    _write_outputs(report, json_path, csv_path, plot_dir, err)
+    _write_outputs(report.results, report.env, json_path, csv_path, plot_dir)
     if report.run_id is not None:
         err.print(f"stored as run {report.run_id} in {opened.path if opened else ''}; "
                   "see `kernelkit runs`, `kernelkit compare`", highlight=False)
@@ -96,49 +108,19 @@ def bench_command(
     raise typer.Exit(0 if report.ok else EXIT_FAILED)
 
 
-def _open_store(path: Path | None):  # noqa: ANN202 - store.Store, imported lazily
-    from kernelkit.store import Store
-
-    return Store.open(path)
-
-
-def _skips(results: list) -> list[str]:
-    """One line per skipped impl and reason (not a table row per size and dtype)."""
-    reasons: dict[tuple[str, str], list[str]] = {}
-    for r in results:
-        if r.status is Status.SKIPPED:
-            cases = reasons.setdefault((r.impl, r.message), [])
-            if r.dtype not in cases:
-                cases.append(r.dtype)
-    return [f"[dim]skipped[/] {impl} ({', '.join(dtypes)}): {escape(reason)}"
-            for (impl, reason), dtypes in reasons.items()]
-
-
-def _warnings(results: list) -> list[str]:
-    """Failures, each measurement's warnings, then what the workers warned about (once each, with a count)."""
-    from kernelkit.report.table import worker_warning_lines
-
-    lines = [f"[red]{r.status.value}[/] {r.case_id}: {escape(r.message)}" for r in results if r.status.failed]
-    for r in results:
-        m = r.measurement
-        for warning in (m.warnings if m else []):
-            lines.append(f"[yellow]warning[/] {r.case_id}: {escape(warning)}")
-    return lines + worker_warning_lines(results)
-
-
-def _write_outputs(report: object, json_path: Path | None, csv_path: Path | None, plot_dir: Path | None,
-                   err: object) -> None:
+def _write_outputs(results: list, env: dict, json_path: Path | None, csv_path: Path | None,
+                   plot_dir: Path | None) -> None:
     from kernelkit.report import export
 
     if json_path is not None:
-        err.print(f"wrote {export.write_json(report.results, json_path, env=report.env)}", highlight=False)
+        err.print(f"wrote {export.write_json(results, json_path, env=env)}", highlight=False)
     if csv_path is not None:
-        err.print(f"wrote {export.write_csv(report.results, csv_path)}", highlight=False)
+        err.print(f"wrote {export.write_csv(results, csv_path)}", highlight=False)
     if plot_dir is not None:
         from kernelkit.report.plot import plot_results
 
         try:
-            paths = plot_results(report.results, plot_dir)
+            paths = plot_results(results, plot_dir)
         except KernelkitError as exc:
             err.print(f"[yellow]no plots:[/] {escape(str(exc))}", highlight=False)
         else:
@@ -150,21 +132,15 @@ def calibrate_command(
     force: Annotated[bool, typer.Option(help="Measure again even when cached.")] = False,
 ) -> None:
     """Measure the device's ceilings once: copy bandwidth and dense matmul rates (cached per GPU, driver, torch)."""
-    from kernelkit.cli import EXIT_USAGE, out
     from kernelkit.measure.device import calibrate
+    from kernelkit.report.bench_table import ceilings_table
     from kernelkit.target import resolve_device
 
     try:
         ceilings = calibrate(resolve_device(device), force=force)
     except KernelkitError as exc:
         raise fail(exc, EXIT_USAGE) from None
-    table = Table(title=f"ceilings of {ceilings.device_name}", title_justify="left")
-    for name in ("ceiling", "value", "how"):
-        table.add_column(name)
-    table.add_row("copy bandwidth", f"{ceilings.copy_gbps:,.0f} GB/s", str(ceilings.notes.get("copy", "")))
-    for kind, rate in ceilings.matmul_tflops.items():
-        table.add_row(f"matmul {kind}", f"{rate:,.1f} TFLOP/s", str(ceilings.notes.get(kind, "")))
-    out.print(table)
+    out.print(ceilings_table(ceilings))
 
 
 def runs_command(
@@ -172,21 +148,15 @@ def runs_command(
     limit: Annotated[int, typer.Option(help="How many runs, newest first.")] = 20,
 ) -> None:
     """List stored benchmark runs."""
-    from kernelkit.cli import EXIT_USAGE, out
+    from kernelkit.report.runs_table import runs_table
 
     try:
-        with _open_store(store) as db:
+        with open_store(store) as db:
             rows = db.runs(limit)
             path = db.path
     except KernelkitError as exc:
         raise fail(exc, EXIT_USAGE) from None
-    table = Table(title=f"runs in {path}", title_justify="left")
-    for name in ("run", "started", "status", "results", "passed", "device", "command"):
-        table.add_column(name)
-    for run in rows:
-        table.add_row(str(run.id), run.started, run.status, str(run.n_results), str(run.n_passed),
-                      run.device or "", escape(run.command))
-    out.print(table)
+    out.print(runs_table(rows, path))
 
 
 def compare_command(
@@ -195,39 +165,34 @@ def compare_command(
     store: StoreOpt = None,
 ) -> None:
     """Per-case change from RUN_A to RUN_B; faster or slower only when the 95% interval excludes 1.0."""
-    from kernelkit.cli import EXIT_USAGE, out
-    from kernelkit.report.bench_table import format_time
+    from kernelkit.report.runs_table import print_comparison
     from kernelkit.store import compare
 
     try:
-        with _open_store(store) as db:
-            result = compare(db, _run_ref(run_a), _run_ref(run_b))
+        with open_store(store) as db:
+            result = compare(db, run_ref(run_a), run_ref(run_b))
     except KernelkitError as exc:
         raise fail(exc, EXIT_USAGE) from None
-    table = Table(title=f"run {result.run_a.id} -> run {result.run_b.id} (A/B > 1: B is faster)",
-                  title_justify="left")
-    for name in ("case", "mode", "A median", "B median", "A/B", "95% CI", "verdict", "note"):
-        table.add_column(name)
-    colors = {"faster": "green", "slower": "red", "same": "dim"}
-    for row in result.changes:
-        ratio = row.ratio
-        table.add_row(
-            row.case, row.mode,
-            format_time(row.median_a) if row.median_a else "-", format_time(row.median_b) if row.median_b else "-",
-            f"{ratio.value:.3f}" if ratio else "-", f"[{ratio.low:.3f}, {ratio.high:.3f}]" if ratio else "-",
-            f"[{colors.get(row.verdict, 'white')}]{row.verdict}[/]" if row.verdict else "-", escape(row.note or ""),
-        )
-    out.print(table)
-    for diff in result.env_diffs:
-        out.print(f"[yellow]environment differs:[/] {escape(diff.key)}: {escape(str(diff.a))} -> "
-                  f"{escape(str(diff.b))}", highlight=False)
+    print_comparison(out, result)
 
 
-def _run_ref(text: str) -> str | int:
-    """'12' -> 12; 'latest' stays text; 'latest-1' -> -2 (the run before the latest; '-2' needs a '--' first)."""
-    if text.startswith("latest-") and text[7:].isdigit():
-        return -1 - int(text[7:])
+def report_command(
+    run: RunArg = "latest",
+    compare_with: Annotated[str | None, typer.Option("--compare", help="Diff against this run (A; RUN is B).")]
+    = None,
+    output: Annotated[Path, typer.Option("-o", "--output", help="Where to write the page.")] = Path("report.html"),
+    store: StoreOpt = None,
+) -> None:
+    """Write one self-contained HTML page of a run: environment, results, plots, roofline, statuses, diff.
+
+    Exit code: 0 when written, 2 for a run that does not resolve, a store that cannot be read or a page that
+    cannot be written.
+    """
+    from kernelkit.report.html import write_report
+
     try:
-        return int(text)
-    except ValueError:
-        return text
+        with open_store(store) as db:
+            path = write_report(db, run_ref(run), run_ref(compare_with) if compare_with else None, output)
+    except (KernelkitError, OSError) as exc:
+        raise fail(exc, EXIT_USAGE) from None
+    err.print(f"wrote {path} ({path.stat().st_size / 1e6:.2f} MB)", highlight=False, soft_wrap=True)

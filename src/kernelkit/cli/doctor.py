@@ -7,6 +7,7 @@ from typing import Annotated
 
 import typer
 
+from kernelkit.cli.common import EXIT_FAILED, EXIT_USAGE, DeviceOpt, fail, out
 from kernelkit.errors import KernelkitError
 
 
@@ -15,7 +16,7 @@ def register(app: typer.Typer) -> None:
 
 
 def doctor_command(
-    device: Annotated[str | None, typer.Option(help="cpu or cuda; default: cuda when a GPU is visible.")] = None,
+    device: DeviceOpt = None,
     ncu: Annotated[bool, typer.Option(help="Cross-check the timing modes with Nsight Compute when it is there.")]
     = True,
     budget: Annotated[float | None, typer.Option(help="Seconds of sampling per reference kernel and mode; "
@@ -27,9 +28,8 @@ def doctor_command(
 
     Exit code: 0 when no check failed (warnings do not count), 1 when one did, 2 for bad arguments.
     """
-    from kernelkit.cli import EXIT_FAILED, EXIT_USAGE, out
-    from kernelkit.cli_profile import fail
-    from kernelkit.doctor import doctor, print_report
+    from kernelkit.doctor import doctor
+    from kernelkit.report.doctor_table import print_doctor_report
 
     try:
         report = doctor(device, ncu=ncu, budget=budget)
@@ -38,5 +38,5 @@ def doctor_command(
     if as_json:
         print(json.dumps(report.to_dict(), indent=2))
     else:
-        print_report(out, report)
+        print_doctor_report(out, report)
     raise typer.Exit(0 if report.ok else EXIT_FAILED)

@@ -1,4 +1,5 @@
-"""The profiling commands of the CLI (profile, ncu, asm): parse arguments, call kernelkit.profiling, print."""
+"""The commands that look inside one case (profile, ncu, asm, codegen): parse arguments, call kernelkit.profiling,
+print."""
 
 from __future__ import annotations
 
@@ -9,26 +10,27 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
-from kernelkit.errors import CompileError, KernelkitError
-
-TargetArg = Annotated[str, typer.Argument(help="A built-in op name (see `kernelkit ops`) or a .py file of ops.")]
-SizeOpt = Annotated[str | None, typer.Option(help="One shape, e.g. 1823x781; default: the op's first.")]
-DtypeOpt = Annotated[str | None, typer.Option(help="One dtype, e.g. float32 or bf16; default: the op's first.")]
-OpOpt = Annotated[str | None, typer.Option("--op", help="The op, when the file defines several.")]
+from kernelkit.cli.common import (
+    EXIT_FAILED,
+    EXIT_USAGE,
+    CompileModeOpt,
+    DeviceOpt,
+    DtypeOpt,
+    OpOpt,
+    SizeOpt,
+    TargetArg,
+    err,
+    fail,
+    out,
+)
+from kernelkit.errors import CompileError, KernelkitError, describe_exception
 
 
 def register(app: typer.Typer) -> None:
     app.command("profile")(profile_command)
     app.command("ncu")(ncu_command)
     app.command("asm")(asm_command)
-
-
-def fail(exc: BaseException, code: int) -> typer.Exit:
-    """Print ``exc`` as an error line (no traceback) and return the Exit to raise with ``code``."""
-    from kernelkit.cli import err
-
-    err.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False)
-    return typer.Exit(code)
+    app.command("codegen")(codegen_command)
 
 
 def profile_command(
@@ -36,7 +38,7 @@ def profile_command(
     impl: Annotated[str, typer.Option("--impl", "-i", help="The impl to profile.")],
     size: SizeOpt = None,
     dtype: DtypeOpt = None,
-    device: Annotated[str | None, typer.Option(help="cpu or cuda; default: cuda when a GPU is visible.")] = None,
+    device: DeviceOpt = None,
     steps: Annotated[int, typer.Option(help="Profiled impl calls (after 1 skipped and 2 warm-up calls).")] = 5,
     out_dir: Annotated[
         Path | None, typer.Option("--out", help="Folder for the traces; default: ./kernelkit-results/profile.")
@@ -49,17 +51,16 @@ def profile_command(
     which kernels wait on the CPU (launch-bound). Exit code: 0 when profiled, 1 when the kernel did not build or
     the impl raised, 2 for bad arguments or an impl that cannot run here.
     """
-    from kernelkit.cli import out
-    from kernelkit.errors import describe_exception
-    from kernelkit.profiling.torch_profiler import print_profile, profile
+    from kernelkit.profiling.torch_profiler import profile
+    from kernelkit.report.profile_table import print_profile
 
     try:
         result = profile(target, impl, size=size, dtype=dtype, device=device, steps=steps, out_dir=out_dir,
                          tensorboard=tensorboard)
     except KernelkitError as exc:
-        raise fail(exc, 1 if isinstance(exc, CompileError) else 2) from None
+        raise fail(exc, EXIT_FAILED if isinstance(exc, CompileError) else EXIT_USAGE) from None
     except Exception as exc:  # noqa: BLE001 - most likely the impl's own error, reported with the user's line
-        raise fail(RuntimeError(describe_exception(exc)), 1) from None
+        raise fail(RuntimeError(describe_exception(exc)), EXIT_FAILED) from None
     print_profile(out, result)
 
 
@@ -85,16 +86,15 @@ def ncu_command(
     Only the kernels of one call are measured, at the clocks they run at (--clock-control none).
     Exit code: 0 when profiled, 1 when ncu gave no profile (no counter access, no kernel), 2 for bad arguments.
     """
-    from kernelkit.cli import err, out
     from kernelkit.profiling.ncu import NcuError, ncu_messages, run_ncu
-    from kernelkit.profiling.ncu_csv import print_kernels
+    from kernelkit.report.profile_table import print_kernels
 
     try:
         report = run_ncu(target, impl, op_name=op_name, size=size, dtype=dtype, section_set=section_set,
                          metrics=[m.strip() for m in (metrics or "").split(",") if m.strip()],
                          timeout=timeout, export=export)
     except KernelkitError as exc:
-        raise fail(exc, 1 if isinstance(exc, NcuError) else 2) from None
+        raise fail(exc, EXIT_FAILED if isinstance(exc, NcuError) else EXIT_USAGE) from None
     if as_json:
         print(json.dumps(report.to_dict(), indent=2))
         return
@@ -123,18 +123,47 @@ def asm_command(
     Needs no GPU: Triton and CUDA C++ kernels are compiled for --arch here. Every listing is saved to --out.
     Exit code: 0 when shown, 1 when a kernel failed to compile, 2 for bad arguments or an impl asm cannot show.
     """
-    from kernelkit.cli import err, out
-    from kernelkit.profiling.asm import DEFAULT_OUT_DIR, inspect, print_summary
+    from kernelkit.profiling.asm import DEFAULT_OUT_DIR, inspect
+    from kernelkit.report.profile_table import print_asm_summary
 
     try:
         report = inspect(target, impl, ir=ir or "sass", arch=arch, size=size, dtype=dtype, config=config,
                          op_name=op_name)
         paths = report.save(out_dir or DEFAULT_OUT_DIR)
     except CompileError as exc:
-        raise fail(exc, 1) from None
+        raise fail(exc, EXIT_FAILED) from None
     except KernelkitError as exc:
-        raise fail(exc, 2) from None
-    print_summary(report, out)
+        raise fail(exc, EXIT_USAGE) from None
+    print_asm_summary(out, report)
     if ir:
         print(report.listing(), flush=True)
     err.print(f"saved {len(paths)} files in {out_dir or DEFAULT_OUT_DIR}", highlight=False)
+
+
+def codegen_command(
+    target: TargetArg,
+    size: Annotated[str | None, typer.Option(help="One shape, e.g. 1823x781; default: the op's first.")] = None,
+    dtype: Annotated[str | None, typer.Option(help="One dtype, e.g. float32; default: the op's first.")] = None,
+    device: DeviceOpt = None,
+    out_dir: Annotated[
+        Path | None, typer.Option("--out", help="Folder for the code; default: ./kernelkit-codegen.")
+    ] = None,
+    op_name: OpOpt = None,
+    compile_mode: CompileModeOpt = None,
+) -> None:
+    """Print and save the code torch.compile (inductor) generates for the op's reference: C++ on CPU, Triton on GPU.
+
+    The same code TORCH_LOGS=output_code shows, for one case (size x dtype). Saved as <op>_<size>_<dtype>.py.
+    Exit code: 0 when saved, 1 when the compile failed, 2 for bad arguments.
+    """
+    from kernelkit.codegen import DEFAULT_OUT_DIR, codegen
+
+    try:
+        generated = codegen(target, size, dtype, device, mode=compile_mode, op_name=op_name)
+        paths = generated.save(out_dir or DEFAULT_OUT_DIR)
+    except CompileError as exc:
+        raise fail(exc, EXIT_FAILED) from None
+    except KernelkitError as exc:
+        raise fail(exc, EXIT_USAGE) from None
+    print(generated.text)
+    err.print(f"saved: {', '.join(str(p) for p in paths)}", highlight=False)

@@ -1,0 +1,110 @@
+"""`kernelkit ops` and `kernelkit check`: list the built-in ops; check every case against its reference."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from kernelkit.cli.common import (
+    EXIT_FAILED,
+    EXIT_INTERRUPTED,
+    EXIT_USAGE,
+    CompileModeOpt,
+    DeviceOpt,
+    DtypesOpt,
+    ImplOpt,
+    SizesOpt,
+    TargetArg,
+    TimeoutOpt,
+    fail,
+    out,
+    parse_dtypes,
+    parse_sizes,
+    progress,
+    set_compile_mode,
+)
+from kernelkit.errors import KernelkitError
+from kernelkit.results import CaseResult
+from kernelkit.runner import DEFAULT_TIMEOUT, RunReport, plan, run_cases
+
+
+def register(app: typer.Typer) -> None:
+    app.command("ops")(ops_command)
+    app.command("check")(check_command)
+
+
+def ops_command() -> None:
+    """List the built-in ops and their impls."""
+    from kernelkit.ops import BUILTIN_OPS
+    from kernelkit.target import open_target
+
+    table = Table(title="built-in ops", title_justify="left")
+    for name in ("op", "impl", "backend", "dtypes", "what it is"):
+        table.add_column(name)
+    for name in BUILTIN_OPS:
+        op = open_target(name).op()
+        for impl in op.all_impls().values():  # the registered impls, then the `compile` baseline
+            dtypes = ", ".join(str(d).removeprefix("torch.") for d in (impl.dtypes or op.dtypes))
+            table.add_row(name, impl.name, impl.backend, dtypes, impl.description)
+    out.print(table)
+
+
+def check_command(
+    target: TargetArg,
+    impl: ImplOpt = None,
+    device: DeviceOpt = None,
+    sizes: SizesOpt = None,
+    dtypes: DtypesOpt = None,
+    seeds: Annotated[int, typer.Option(help="Input seeds per case (fresh inputs each).")] = 1,
+    timeout: TimeoutOpt = DEFAULT_TIMEOUT,
+    as_json: Annotated[bool, typer.Option("--json", help="Print machine-readable results to stdout.")] = False,
+    strict: Annotated[bool, typer.Option(help="Count SKIPPED cases as failures for the exit code.")] = False,
+    compile_mode: CompileModeOpt = None,
+) -> None:
+    """Check every case (impl x size x dtype x seed) against the op's reference, each in a worker process.
+
+    Every op also has a `compile` impl (torch.compile of its reference), run when named: --impl compile.
+    Exit code: 0 when every case that ran PASSED (with --strict: and none was SKIPPED), 1 otherwise,
+    2 for bad arguments, 130 when interrupted.
+    """
+    from kernelkit import __version__
+    from kernelkit.report.check_table import check_json, print_report
+
+    if compile_mode is not None:
+        set_compile_mode(compile_mode)
+    report = _run_check(target, impl or [], device, sizes, dtypes, seeds, timeout, quiet=as_json)
+    if as_json:
+        print(json.dumps(check_json(report, __version__), indent=2))
+    else:
+        print_report(out, report.results, report.device, report.planned, report.interrupted)
+    raise typer.Exit(_exit_code(report, strict))
+
+
+def _run_check(
+    target: str, impls: list[str], device: str | None, sizes: str | None, dtypes: str | None,
+    seeds: int, timeout: float, quiet: bool,
+) -> RunReport:
+    try:
+        size_list, dtype_list = parse_sizes(sizes), parse_dtypes(dtypes)
+        with progress(quiet) as bar:
+            task = bar.add_task("checking", total=None)
+
+            def advance(result: CaseResult) -> None:
+                bar.update(task, advance=1, description=f"{result.impl} {result.status.value}")
+
+            dev, cases = plan(target, impls=impls, device=device, sizes=size_list, dtypes=dtype_list, seeds=seeds)
+            bar.update(task, total=len(cases))
+            return run_cases(cases, dev, timeout=timeout, on_result=advance)
+    except KernelkitError as exc:
+        raise fail(exc, EXIT_USAGE) from None
+
+
+def _exit_code(report: RunReport, strict: bool) -> int:
+    if report.interrupted:
+        return EXIT_INTERRUPTED
+    bad = [r for r in report.results if r.status.failed or (strict and not r.status.ok)]
+    return EXIT_FAILED if bad or not report.results else 0
+

@@ -1,0 +1,94 @@
+"""What every command shares: the consoles, exit codes, option types, error exits, the progress bar and parsers."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from kernelkit.errors import KernelkitError
+from kernelkit.spec import Size, parse_dtype, parse_size
+
+if TYPE_CHECKING:
+    import torch
+
+    from kernelkit.store import Store
+
+# Piped output gets a wide page rather than rich's 80 columns, so tables stay one line per case.
+out = Console(width=None if Console().is_terminal else 200)
+err = Console(stderr=True)
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+
+TargetArg = Annotated[str, typer.Argument(help="A built-in op name (see `kernelkit ops`) or a .py file of ops.")]
+ImplOpt = Annotated[list[str] | None, typer.Option("--impl", "-i", help="Impl to run (repeatable); default: all.")]
+DeviceOpt = Annotated[str | None, typer.Option(help="cpu or cuda; default: cuda when a GPU is visible.")]
+SizesOpt = Annotated[str | None, typer.Option(help="Comma-separated shapes, e.g. 64x48,1823x781; default: the op's.")]
+DtypesOpt = Annotated[str | None, typer.Option(help="Comma-separated dtypes, e.g. float32,bf16; default: the op's.")]
+SizeOpt = Annotated[str | None, typer.Option(help="One shape, e.g. 1823x781; default: the op's first.")]
+DtypeOpt = Annotated[str | None, typer.Option(help="One dtype, e.g. float32 or bf16; default: the op's first.")]
+OpOpt = Annotated[str | None, typer.Option("--op", help="The op, when the file defines several.")]
+TimeoutOpt = Annotated[float, typer.Option(help="Seconds before a case is killed as TIMEOUT.")]
+StoreOpt = Annotated[Path | None, typer.Option("--store", help="The results database; default: in the cache dir.")]
+CompileModeOpt = Annotated[
+    str | None,
+    typer.Option(help="torch.compile mode of the `compile` baseline (default, max-autotune, ...); "
+                      "default: $KERNELKIT_COMPILE_MODE or default."),
+]
+RunArg = Annotated[str, typer.Argument(help="A run: an id, 'latest', or 'latest-1' for the one before.")]
+
+
+def fail(exc: BaseException, code: int) -> typer.Exit:
+    """Print ``exc`` as an error line (no traceback) and return the Exit to raise with ``code``."""
+    err.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False)
+    return typer.Exit(code)
+
+
+def progress(quiet: bool = False) -> Progress:
+    """A progress bar on stderr, shown only on a terminal."""
+    return Progress(
+        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+        console=err, transient=True, disable=quiet or not err.is_terminal,
+    )
+
+
+def parse_sizes(text: str | None) -> list[Size]:
+    """'64x48,1823x781' -> [(64, 48), (1823, 781)]; None -> [] (the op's own)."""
+    return [parse_size(s) for s in text.split(",")] if text else []
+
+
+def parse_dtypes(text: str | None) -> list[torch.dtype]:
+    """'float32,bf16' -> [torch.float32, torch.bfloat16]; None -> [] (the op's own)."""
+    return [parse_dtype(d) for d in text.split(",")] if text else []
+
+
+def set_compile_mode(mode: str) -> None:
+    """Check the mode, then hand it to the workers (spawned later, they inherit the environment)."""
+    from kernelkit.backends import compiled
+
+    try:
+        os.environ[compiled.MODE_ENV] = compiled.resolve_mode(mode)
+    except KernelkitError as exc:
+        raise fail(exc, EXIT_USAGE) from None
+
+
+def run_ref(text: str) -> str | int:
+    """'12' -> 12; 'latest' stays text; 'latest-1' -> -2 (the run before the latest; '-2' needs a '--' first)."""
+    if text.startswith("latest-") and text[7:].isdigit():
+        return -1 - int(text[7:])
+    try:
+        return int(text)
+    except ValueError:
+        return text
+
+
+def open_store(path: Path | None) -> Store:
+    """The results store at ``path`` (default: in the cache dir), opened."""
+    from kernelkit.store import Store
+
+    return Store.open(path)
