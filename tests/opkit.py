@@ -1,15 +1,18 @@
 """Helpers shared by the op tests: what an impl can do on a machine without a GPU, inputs laid out at the edges
-(non-contiguous, misaligned), and a compact view of a report for assertions."""
+(non-contiguous, misaligned), an op's impls on other inputs, stand-ins for an op's kernel modules, and a compact
+view of a report for assertions."""
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import torch
 
 import kernelkit as kk
 from kernelkit.results import Status
-from kernelkit.spec import seeded_normal
+from kernelkit.spec import Impl, Op, seeded_normal
 
 FP = (torch.float32, torch.float16, torch.bfloat16)
 CPU_FP = (torch.float32, torch.float16)  # the Triton interpreter computes bfloat16 wrongly
@@ -26,6 +29,29 @@ def expected_on_cpu(backend: str, dtype: torch.dtype, numba_dtypes: tuple[torch.
     if backend == "numba":
         return Status.PASSED if dtype in numba_dtypes else Status.SKIPPED
     return Status.SKIPPED
+
+
+def assert_expected_on_cpu(report: kk.RunReport, numba_dtypes: tuple[torch.dtype, ...] = (torch.float32,)) -> None:
+    """Every result as ``expected_on_cpu`` says for its backend and dtype."""
+    for r in report.results:
+        expected = expected_on_cpu(r.backend, getattr(torch, r.dtype), numba_dtypes)
+        assert r.status is expected, (r.case_id, r.status, r.message)
+
+
+def assert_runs_on_gpu(report: kk.RunReport, impls: Mapping[str, Impl]) -> None:
+    """On a GPU every impl PASSED, except in the dtypes it does not take (SKIPPED)."""
+    for r in report.results:
+        impl = impls[r.impl]
+        runs_here = not impl.dtypes or getattr(torch, r.dtype) in impl.dtypes
+        assert r.status is (Status.PASSED if runs_here else Status.SKIPPED), (r.case_id, r.status, r.message)
+
+
+def assert_every_impl_passed(report: kk.RunReport, impls: Mapping[str, Impl], autotuned: Mapping[str, str]) -> None:
+    """Every impl PASSED somewhere, and each impl in ``autotuned`` autotuned its kernel (impl -> kernel name)."""
+    assert {r.impl for r in report.results if r.status is Status.PASSED} == set(impls)
+    for r in report.results:
+        if r.impl in autotuned:
+            assert r.details["autotune"][autotuned[r.impl]]["tuned"] is True, r.case_id
 
 
 def summary(report: kk.RunReport) -> list[tuple[str, str, str, str, str, str]]:
@@ -48,3 +74,60 @@ def permuted(size: tuple[int, ...], dtype: torch.dtype, device: torch.device | s
 def misaligned(size: tuple[int, ...], dtype: torch.dtype, device: torch.device | str, seed: int) -> torch.Tensor:
     """A seeded contiguous view one element into a fresh (256-byte aligned) buffer: off every 16-byte boundary."""
     return seeded_normal((math.prod(size) + 1,), dtype, device, seed)[1:].view(size)
+
+
+def each_input(make: Callable[..., torch.Tensor], n: int) -> Callable[..., tuple[torch.Tensor, ...]]:
+    """An input factory of ``n`` tensors, each made by ``make(size, dtype, device, seed)`` from its own seed."""
+    def factory(size, dtype, device, seed):
+        return tuple(make(size, dtype, device, seed * 1009 + i) for i in range(n))
+    return factory
+
+
+def variant(op: Op, name: str, inputs: Callable[..., tuple[Any, ...]], *, sizes: Sequence[tuple[int, ...]],
+            cpu_sizes: Sequence[tuple[int, ...]], dtypes: Sequence[torch.dtype] = FP) -> Op:
+    """``op``'s reference and every impl under another name, on other inputs (non-contiguous, misaligned, ...).
+
+    Bind it at module level in the test file: ``kk.check(__file__)`` checks every op there, in this process or in
+    a worker.
+    """
+    copy = kk.op(sizes=list(sizes), cpu_sizes=list(cpu_sizes), dtypes=list(dtypes), inputs=inputs, name=name,
+                 bytes=op.bytes_fn, flops=op.flops_fn, tolerance=op.tolerance or None)(op.reference)
+    for impl_name, impl in op.impls.items():
+        copy.impl(impl_name, impl.backend, kernels=impl.kernels, dtypes=impl.dtypes)(impl.fn)
+    return copy
+
+
+class NoLaunch:
+    """Stands in for a kernel, a kernel table or a kernel module: using it to launch is an AssertionError."""
+
+    def __init__(self, what: str = "a kernel") -> None:
+        self.what = what
+
+    def _refuse(self, *args: Any, **kwargs: Any) -> None:
+        raise AssertionError(f"launched {self.what} on an empty input")
+
+    launch = __call__ = _refuse
+
+    def __getitem__(self, key: Any) -> NoLaunch:  # kernel[grid] and table[dtype]
+        return self
+
+    def __contains__(self, key: Any) -> bool:  # dtype in table: every dtype has a kernel
+        return True
+
+    def __iter__(self) -> Any:
+        return iter(())
+
+    def __getattr__(self, name: str) -> NoLaunch:  # module.some_kernel
+        return NoLaunch(name)
+
+
+class KernelSpy:
+    """Stands in for an op's kernel module (``triton_kernels``): records the name of every kernel taken from it."""
+
+    def __init__(self, module: Any) -> None:
+        self.module = module
+        self.used: list[str] = []
+
+    def __getattr__(self, name: str) -> Any:
+        self.used.append(name)
+        return getattr(self.module, name)

@@ -1,6 +1,6 @@
 """load_inline backend: compile-only checks, errors and the disk cache on CPU; builds, calls and reuse on a GPU.
 
-Without a GPU the real compiles are two: square_inline.cu once for the module (nvcc -cubin beside c++
+Without a GPU the real compiles are two: ops/square/inline.cu once for the module (nvcc -cubin beside c++
 -fsyntax-only, ~20-40 s on 2 cores) and one broken source (nvcc stops at its error, ~10-30 s).
 """
 
@@ -27,7 +27,7 @@ from kernelkit.spec import Impl
 
 pytestmark = pytest.mark.usefixtures("fresh_cache")  # an empty disk cache per test, never the user's
 
-SQUARE_CU = Path(kernelkit.ops.__file__).parent / "square_inline.cu"
+SQUARE_CU = Path(kernelkit.ops.__file__).parent / "square" / "inline.cu"
 SQUARE_DECL = "torch::Tensor square_vec4(torch::Tensor x);"
 # Module level, so a second process that runs this file gets the same extension, hence the same cache key.
 SQUARE_EXT = load_inline("square_vec4_ext", cpp_sources=SQUARE_DECL, cuda_sources=SQUARE_CU, functions=["square_vec4"])

@@ -7,9 +7,7 @@ module-level so ``kk.check(__file__)`` finds them, in this process or in a worke
 
 from __future__ import annotations
 
-import math
 import re
-from types import SimpleNamespace
 
 import pytest
 import torch
@@ -21,8 +19,18 @@ from kernelkit.ops import bias_gelu as bias_gelu_module
 from kernelkit.profiling.sass import disassemble, memory_ops
 from kernelkit.results import Status
 from kernelkit.spec import dtype_name, seeded_normal
+from opkit import (
+    FP,
+    NoLaunch,
+    assert_every_impl_passed,
+    assert_expected_on_cpu,
+    assert_runs_on_gpu,
+    misaligned,
+    permuted,
+    summary,
+    variant,
+)
 
-FP = (torch.float32, torch.float16, torch.bfloat16)
 # Tiny CPU shapes (the Triton interpreter runs ~1 ms per program), each at an edge:
 CPU_SHAPES = [
     (7, 33),  # odd in both dimensions: partial tiles; N not a multiple of any vector width
@@ -37,27 +45,21 @@ reference = bias_gelu_module.bias_gelu.reference
 
 
 def _permuted_inputs(size, dtype, device, seed):
-    """Non-contiguous x (drawn as (N, M), transposed) and bias (every other element of 2N)."""
-    m, n = size
-    x = seeded_normal((n, m), dtype, device, 2 * seed).t()
-    return x, seeded_normal((2 * n,), dtype, device, 2 * seed + 1)[::2]
+    """Non-contiguous x (drawn with its dimensions reversed) and bias (every other element of 2N)."""
+    return permuted(size, dtype, device, 2 * seed), seeded_normal((2 * size[-1],), dtype, device, 2 * seed + 1)[::2]
 
 
 def _misaligned_inputs(size, dtype, device, seed):
     """Contiguous x and bias, each a view one element into a fresh (256-byte aligned) buffer: off 16 bytes."""
-    x = seeded_normal((math.prod(size) + 1,), dtype, device, 2 * seed)[1:].view(size)
-    return x, seeded_normal((size[-1] + 1,), dtype, device, 2 * seed + 1)[1:]
+    return misaligned(size, dtype, device, 2 * seed), misaligned(size[-1:], dtype, device, 2 * seed + 1)
 
 
 # GPU sizes: N = 781 (scalar path anyway), 784 and 4104 (multiples of 8: only the alignment test keeps the CUDA
 # kernel off its vector path); 3000 x 4104 takes a dozen grid-stride steps on an H100.
-bias_gelu_permuted = kk.op(sizes=[(1823, 781), (64, 4104)], cpu_sizes=[(7, 33)], dtypes=list(FP),
-                           inputs=_permuted_inputs, name="bias_gelu_permuted")(reference)
-bias_gelu_misaligned = kk.op(sizes=[(1823, 784), (3000, 4104)], cpu_sizes=[(5, 24)], dtypes=list(FP),
-                             inputs=_misaligned_inputs, name="bias_gelu_misaligned")(reference)
-for _op in (bias_gelu_permuted, bias_gelu_misaligned):
-    for _name, _impl in IMPLS.items():
-        _op.impl(_name, kernels=_impl.kernels, dtypes=_impl.dtypes)(_impl.fn)
+bias_gelu_permuted = variant(bias_gelu_module.bias_gelu, "bias_gelu_permuted", _permuted_inputs,
+                             sizes=[(1823, 781), (64, 4104)], cpu_sizes=[(7, 33)])
+bias_gelu_misaligned = variant(bias_gelu_module.bias_gelu, "bias_gelu_misaligned", _misaligned_inputs,
+                               sizes=[(1823, 784), (3000, 4104)], cpu_sizes=[(5, 24)])
 
 # Planted bugs a fused kernel could have; the check must call both INCORRECT_NUMERICS. N > 1 in every size: with
 # one column, bias by row is bias[0] everywhere, which is right.
@@ -76,20 +78,6 @@ def _bias_by_row(x, bias):
     return F.gelu(x + bias[torch.arange(x.shape[0], device=x.device) % bias.numel(), None], approximate="tanh")
 
 
-def _expected_on_cpu(impl: str, dtype: torch.dtype) -> Status:
-    """What each impl can do without a GPU: eager runs, Triton (not bf16) is interpreted, CUDA only compiles."""
-    if impl.startswith("eager"):
-        return Status.PASSED
-    if impl.startswith("triton"):
-        return Status.SKIPPED if dtype == torch.bfloat16 else Status.PASSED
-    return Status.SKIPPED
-
-
-def _summary(report: kk.RunReport) -> list[tuple[str, str, str, str, str]]:
-    return [(r.op, r.impl, "x".join(map(str, r.size)), r.dtype, r.status.value) for r in report.results]
-
-
-
 
 
 
@@ -99,8 +87,8 @@ def _summary(report: kk.RunReport) -> list[tuple[str, str, str, str, str]]:
 def test_every_impl_at_edge_shapes_on_cpu(cpu_process: None, can_compile: bool) -> None:
     report = kk.check("bias_gelu", device="cpu", isolate=False, sizes=CPU_SHAPES, dtypes=list(FP))
     assert len(report.results) == len(IMPLS) * len(CPU_SHAPES) * len(FP)
+    assert_expected_on_cpu(report)
     for r in report.results:
-        assert r.status is _expected_on_cpu(r.impl, getattr(torch, r.dtype)), (r.case_id, r.status, r.message)
         if r.impl == "cuda_fused_vec" and can_compile:  # the check compiles every kernel before "no GPU"
             assert all(name in r.message for name in CUDA_KERNELS), r.message
     tuned = [r.details["autotune"]["bias_gelu_fused_kernel"] for r in report.results
@@ -115,14 +103,13 @@ def test_non_contiguous_and_misaligned_inputs_on_cpu(cpu_process: None) -> None:
     assert x.data_ptr() % 16 and bias.data_ptr() % 16
     report = kk.check(__file__, impls=list(IMPLS), device="cpu", isolate=False, dtypes=[torch.float32, torch.float16])
     assert {r.op for r in report.results} == {"bias_gelu_permuted", "bias_gelu_misaligned"}
-    for r in report.results:
-        assert r.status is _expected_on_cpu(r.impl, getattr(torch, r.dtype)), (r.case_id, r.status, r.message)
+    assert_expected_on_cpu(report)
 
 
 def test_planted_wrong_impls_are_incorrect_numerics() -> None:
     report = kk.check(__file__, impls=PLANTED, device="cpu", isolate=False)
     assert len(report.results) == len(PLANTED) * 2 * len(FP)
-    assert all(r.status is Status.INCORRECT_NUMERICS for r in report.results), _summary(report)
+    assert all(r.status is Status.INCORRECT_NUMERICS for r in report.results), summary(report)
 
 
 @pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning")  # the interpreter's numpy, on purpose
@@ -173,11 +160,8 @@ def test_cost_model_counts_fused_and_unfused_traffic() -> None:
 @pytest.mark.parametrize("shape", [(0, 5), (4, 0), (0, 0)])
 def test_empty_input_gives_empty_output_without_a_launch(shape: tuple[int, int], monkeypatch: pytest.MonkeyPatch
                                                          ) -> None:
-    def no_launch(*args, **kwargs):
-        raise AssertionError("launched a kernel on an empty input")
-
-    monkeypatch.setattr(bias_gelu_module, "_triton_fused_kernel", no_launch)
-    monkeypatch.setattr(bias_gelu_module, "CUDA_FUSED_VEC", {dtype: SimpleNamespace(launch=no_launch) for dtype in FP})
+    monkeypatch.setattr(bias_gelu_module, "triton_kernels", NoLaunch("triton_kernels"))
+    monkeypatch.setattr(bias_gelu_module, "CUDA_FUSED_VEC", NoLaunch("CUDA_FUSED_VEC"))
     x, bias = torch.empty(shape, dtype=torch.float16), torch.empty(shape[-1], dtype=torch.float16)
     for name, impl in IMPLS.items():
         y = impl.fn(x, bias)
@@ -198,10 +182,7 @@ def test_fused_impls_reject_a_bias_that_does_not_fit(impl: str) -> None:
 
 def _check_on_gpu(target: str, impls: list[str]) -> kk.RunReport:
     report = kk.check(target, impls=impls, device="cuda")
-    for r in report.results:
-        impl = IMPLS[r.impl]
-        runs_here = not impl.dtypes or getattr(torch, r.dtype) in impl.dtypes
-        assert r.status is (Status.PASSED if runs_here else Status.SKIPPED), (r.case_id, r.status, r.message)
+    assert_runs_on_gpu(report, IMPLS)
     return report
 
 
@@ -209,10 +190,7 @@ def _check_on_gpu(target: str, impls: list[str]) -> kk.RunReport:
 @pytest.mark.slow
 def test_every_impl_on_large_tensors_on_gpu() -> None:
     report = _check_on_gpu("bias_gelu", list(IMPLS))  # 1823x781, 1x4097, 4096x4096, 8192x3072; fp32, bf16, fp16
-    assert {r.impl for r in report.results if r.status is Status.PASSED} == set(IMPLS)
-    for r in report.results:
-        if r.impl == "triton_fused":
-            assert r.details["autotune"]["bias_gelu_fused_kernel"]["tuned"] is True, r.case_id
+    assert_every_impl_passed(report, IMPLS, {"triton_fused": "bias_gelu_fused_kernel"})
 
 
 @pytest.mark.gpu

@@ -27,8 +27,8 @@ from kernelkit.ops import gelu as gelu_module
 from kernelkit.results import Status
 from kernelkit.runner import plan
 from kernelkit.spec import Case, Op, dtype_name, seeded_normal
+from opkit import FP, NoLaunch, assert_expected_on_cpu, each_input, misaligned, permuted, summary, variant
 
-FP = (torch.float32, torch.float16, torch.bfloat16)
 OPS: dict[str, Op] = {op.name: op for op in (gelu_module.gelu, gelu_module.gelu_erf, gelu_module.gelu_backward,
                                              gelu_module.gelu_erf_backward)}
 # Tiny CPU shapes (the simulator runs ~100 us per thread), each at an edge:
@@ -40,32 +40,10 @@ CPU_SHAPES = [
 CUDA_VEC_KERNELS = {name: [f"{name}_vec_{s}_kernel" for s in ("f32", "f16", "bf16")] for name in OPS}
 
 
-def _inputs(make: Callable[[tuple[int, ...], torch.dtype, str, int], torch.Tensor], n: int):
-    def factory(size, dtype, device, seed):
-        return tuple(make(size, dtype, device, seed * 1009 + i) for i in range(n))
-    return factory
-
-
-def _permuted(size, dtype, device, seed):
-    """A non-contiguous tensor of ``size``: drawn with its dimensions reversed, then permuted back."""
-    x = seeded_normal(tuple(reversed(size)), dtype, device, seed)
-    return x.permute(*reversed(range(x.dim())))
-
-
-def _misaligned(size, dtype, device, seed):
-    """A contiguous view one element into a fresh (256-byte aligned) buffer: off every 16-byte boundary."""
-    return seeded_normal((math.prod(size) + 1,), dtype, device, seed)[1:].view(size)
-
-
-gelu_permuted = kk.op(sizes=[(1823, 781), (5, 67, 3)], cpu_sizes=[(33, 17)], dtypes=list(FP), name="gelu_permuted",
-                      inputs=_inputs(_permuted, 1))(gelu_module.gelu.reference)
-gelu_backward_misaligned = kk.op(sizes=[(1823, 781), (1, 4099)], cpu_sizes=[(1, 257)], dtypes=list(FP),
-                                 name="gelu_backward_misaligned",
-                                 inputs=_inputs(_misaligned, 2))(gelu_module.gelu_backward.reference)
-for _op, _source in ((gelu_permuted, OPS["gelu"]), (gelu_backward_misaligned, OPS["gelu_backward"])):
-    for _name, _impl in _source.impls.items():
-        _op.impl(_name, kernels=_impl.kernels, dtypes=_impl.dtypes)(_impl.fn)
-del _op, _source  # kk.check(__file__) checks every Op bound at module level: only this file's own
+gelu_permuted = variant(OPS["gelu"], "gelu_permuted", each_input(permuted, 1), sizes=[(1823, 781), (5, 67, 3)],
+                        cpu_sizes=[(33, 17)])
+gelu_backward_misaligned = variant(OPS["gelu_backward"], "gelu_backward_misaligned", each_input(misaligned, 2),
+                                   sizes=[(1823, 781), (1, 4099)], cpu_sizes=[(1, 257)])
 
 # Planted wrong impls, each beside a correct one on the same copy of a reference.
 gelu_planted = kk.op(sizes=[(1823, 781)], cpu_sizes=[(33, 17)], name="gelu_planted")(gelu_module.gelu.reference)
@@ -81,28 +59,12 @@ PLANTED_EXPECTED = {"eager_tanh": Status.PASSED, "eager_erf_form": Status.INCORR
 FILE_OPS = {op.name: op for op in (gelu_permuted, gelu_backward_misaligned, gelu_planted, gelu_erf_backward_planted)}
 
 
-def _expected_on_cpu(impl: str, dtype: torch.dtype) -> Status:
-    """What each impl can do without a GPU: eager runs, Triton (not bf16) and Numba (float32) are emulated."""
-    if impl == "eager":
-        return Status.PASSED
-    if impl.startswith("triton"):
-        return Status.SKIPPED if dtype == torch.bfloat16 else Status.PASSED
-    if impl.startswith("numba"):
-        return Status.PASSED if dtype == torch.float32 else Status.SKIPPED
-    return Status.SKIPPED  # CUDA C++: compiled, then no GPU
-
-
 def _cases(ops: Sequence[str], device: str, target: str | None = None, **kwargs) -> list[Case]:
     """The cases of ``ops``, of the built-in ops of those names or of ``target``, once each."""
     found: dict[Case, None] = {}
     for source in [target] if target else ops:  # a built-in name may plan its whole module: keep ours, once
         found.update(dict.fromkeys(c for c in plan(source, device=device, **kwargs)[1] if c.op in ops))
     return list(found)
-
-
-def _summary(report: kk.RunReport) -> list[tuple[str, str, str, str, str, str]]:
-    return [(r.op, r.impl, "x".join(map(str, r.size)), r.dtype, r.status.value, r.message) for r in report.results]
-
 
 
 
@@ -219,8 +181,8 @@ def test_every_impl_at_edge_shapes_on_cpu(cpu_process: None, can_compile: bool) 
     cases = _cases(list(OPS), "cpu", sizes=CPU_SHAPES, dtypes=list(FP))
     report = kk.run_cases(cases, "cpu", isolate=False)
     assert len(report.results) == sum(len(op.impls) for op in OPS.values()) * len(CPU_SHAPES) * len(FP)
+    assert_expected_on_cpu(report)
     for r in report.results:
-        assert r.status is _expected_on_cpu(r.impl, getattr(torch, r.dtype)), (r.case_id, r.status, r.message)
         if r.impl.startswith("cuda") and r.dtype == "float32" and can_compile:  # built before "no GPU"
             assert "compiled" in r.message and all(k.name in r.message for k in OPS[r.op].impls[r.impl].kernels)
     tuned = [next(iter(r.details["autotune"].values())) for r in report.results
@@ -235,34 +197,29 @@ def test_flat_impls_span_several_blocks_on_cpu(cpu_process: None) -> None:
     cases = _cases(["gelu", "gelu_erf_backward"], "cpu", impls=["triton_flat", "numba_flat"],
                    sizes=[(3, 7001)], dtypes=[torch.float32])
     report = kk.run_cases(cases, "cpu", isolate=False)
-    assert [r.status for r in report.results] == [Status.PASSED] * 4, _summary(report)
+    assert [r.status for r in report.results] == [Status.PASSED] * 4, summary(report)
 
 
 def test_non_contiguous_and_misaligned_inputs_on_cpu(cpu_process: None) -> None:
-    assert not _permuted((33, 17), torch.float32, "cpu", 0).is_contiguous()
-    assert _misaligned((1, 257), torch.float16, "cpu", 0).data_ptr() % 16 != 0
+    assert not permuted((33, 17), torch.float32, "cpu", 0).is_contiguous()
+    assert misaligned((1, 257), torch.float16, "cpu", 0).data_ptr() % 16 != 0
     cases = _cases(["gelu_permuted", "gelu_backward_misaligned"], "cpu", __file__, dtypes=[torch.float32])
     report = kk.run_cases(cases, "cpu", isolate=False)
     assert {r.op for r in report.results} == {"gelu_permuted", "gelu_backward_misaligned"}
-    for r in report.results:
-        assert r.status is _expected_on_cpu(r.impl, getattr(torch, r.dtype)), (r.case_id, r.status, r.message)
+    assert_expected_on_cpu(report)
 
 
 def test_planted_wrong_formulas_are_incorrect_numerics() -> None:
     cases = _cases(["gelu_planted", "gelu_erf_backward_planted"], "cpu", __file__)
     report = kk.run_cases(cases, "cpu", isolate=False)
-    assert {r.impl: r.status for r in report.results} == PLANTED_EXPECTED, _summary(report)
+    assert {r.impl: r.status for r in report.results} == PLANTED_EXPECTED, summary(report)
 
 
 def test_empty_input_gives_empty_output_without_a_launch(monkeypatch: pytest.MonkeyPatch) -> None:
-    def no_launch(*args, **kwargs):
-        raise AssertionError("launched a kernel on an empty input")
-
-    never = SimpleNamespace(launch=no_launch)
-    monkeypatch.setattr(gelu_module, "launch", no_launch)
-    monkeypatch.setattr(gelu_module, "CUDA_DOUBLE", never)
-    monkeypatch.setattr(gelu_module, "CUDA_VEC", {name: dict.fromkeys(FP, never) for name in OPS})
-    monkeypatch.setattr(gelu_module, "TRITON_FLAT", dict.fromkeys(OPS, no_launch))
+    monkeypatch.setattr(gelu_module, "launch", NoLaunch("launch"))
+    monkeypatch.setattr(gelu_module, "CUDA_DOUBLE", NoLaunch("CUDA_DOUBLE"))
+    monkeypatch.setattr(gelu_module, "CUDA_VEC", {name: NoLaunch(name) for name in OPS})
+    monkeypatch.setattr(gelu_module, "triton_kernels", NoLaunch("triton_kernels"))
     for shape in [(0,), (0, 5), (4, 0, 3)]:
         for dtype in (torch.float32, torch.float16):
             x = torch.empty(shape, dtype=dtype)
@@ -323,7 +280,7 @@ def test_numba_kernels_compile_to_float32_only_ptx() -> None:
         from kernelkit import backends
         backends.prepare_process("cuda")
         from numba import cuda, float32
-        from kernelkit.ops import gelu_numba
+        from kernelkit.ops.gelu import numba as gelu_numba
         for name in ("gelu_flat_kernel", "gelu_erf_flat_kernel", "gelu_backward_flat_kernel",
                      "gelu_erf_backward_flat_kernel"):
             args = 3 if "backward" in name else 2

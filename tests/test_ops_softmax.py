@@ -10,7 +10,6 @@ The ops below reuse softmax's impls on other inputs: huge logits (without the ma
 from __future__ import annotations
 
 import math
-from types import SimpleNamespace
 
 import pytest
 import torch
@@ -18,13 +17,11 @@ import torch
 import kernelkit as kk
 from kernelkit import verify
 from kernelkit.ops import softmax as softmax_module
-from kernelkit.ops import softmax_triton
 from kernelkit.profiling.sass import disassemble, find_tool
 from kernelkit.results import Status
 from kernelkit.spec import TOLERANCES, seeded_normal
+from opkit import CPU_FP, FP, KernelSpy, NoLaunch, expected_on_cpu, non_contiguous, variant
 
-FP = (torch.float32, torch.float16, torch.bfloat16)
-CPU_FP = (torch.float32, torch.float16)  # the Triton interpreter computes bfloat16 wrongly
 # Tiny CPU shapes (the interpreter runs ~1 ms per program), each at an edge. No N = 1: every softmax row is then
 # [1.0] and every backward row [0.0], outputs a constant would match, so the check calls such a case WEAK.
 CPU_SHAPES = [
@@ -40,12 +37,6 @@ PLANTED = {"eager_no_max_subtraction", "eager_sum_over_rows", "eager_no_dot_prod
 CUDA_KERNELS = [f"softmax_{kind}warp_{dt}_kernel" for kind in ("", "backward_") for dt in ("f32", "f16", "bf16")]
 
 
-def _non_contiguous(t: torch.Tensor) -> torch.Tensor:
-    """The same values with the dimensions laid out in reverse order in memory."""
-    order = list(reversed(range(t.dim())))
-    return t.permute(order).contiguous().permute(order)
-
-
 def _large_inputs(size, dtype, device, seed):
     """Logits ~1e4 (clamped to fp16's range): exp overflows in every dtype unless the row max is subtracted."""
     return (seeded_normal(size, torch.float32, device, seed).mul(1e4).clamp(-6e4, 6e4).to(dtype),)
@@ -59,43 +50,26 @@ def _masked_inputs(size, dtype, device, seed):
 
 
 def _permuted_inputs(size, dtype, device, seed):
-    return (_non_contiguous(seeded_normal(size, dtype, device, seed)),)
+    return (non_contiguous(seeded_normal(size, dtype, device, seed)),)
 
 
 def _permuted_backward_inputs(size, dtype, device, seed):
-    return tuple(_non_contiguous(t) for t in softmax_module.backward_inputs(size, dtype, device, seed))
+    return tuple(non_contiguous(t) for t in softmax_module.backward_inputs(size, dtype, device, seed))
 
 
 _GPU_SIZES = [(1823, 781), (1, 4097), (64, 262144), (37, 32769)]
 
 
-@kk.op(sizes=_GPU_SIZES, cpu_sizes=CPU_SHAPES[:3], dtypes=list(FP), inputs=_large_inputs)
-def softmax_large(x):
-    return torch.softmax(x, dim=-1)
-
-
-@kk.op(sizes=_GPU_SIZES, cpu_sizes=CPU_SHAPES[:3], dtypes=list(FP), inputs=_masked_inputs)
-def softmax_masked(x):
-    return torch.softmax(x, dim=-1)
-
-
+softmax_large = variant(softmax_module.softmax, "softmax_large", _large_inputs, sizes=_GPU_SIZES,
+                        cpu_sizes=CPU_SHAPES[:3])
+softmax_masked = variant(softmax_module.softmax, "softmax_masked", _masked_inputs, sizes=_GPU_SIZES,
+                         cpu_sizes=CPU_SHAPES[:3])
 # (1, 257) would stay contiguous: a dimension of one has no layout.
-@kk.op(sizes=[(1823, 781), (5, 67, 300)], cpu_sizes=[(7, 33), (2, 3, 65)], dtypes=list(FP), inputs=_permuted_inputs)
-def softmax_permuted(x):
-    return torch.softmax(x, dim=-1)
-
-
-@kk.op(sizes=[(1823, 781), (5, 67, 300)], cpu_sizes=[(7, 33), (2, 3, 65)], dtypes=list(FP),
-       inputs=_permuted_backward_inputs)
-def softmax_backward_permuted(y, dy):
-    return y * (dy - (y * dy).sum(dim=-1, keepdim=True))
-
-
-for _op in (softmax_large, softmax_masked, softmax_permuted):
-    for _name, _impl in FWD.items():
-        _op.impl(_name, kernels=_impl.kernels, dtypes=_impl.dtypes)(_impl.fn)
-for _name, _impl in BWD.items():
-    softmax_backward_permuted.impl(_name, kernels=_impl.kernels, dtypes=_impl.dtypes)(_impl.fn)
+softmax_permuted = variant(softmax_module.softmax, "softmax_permuted", _permuted_inputs,
+                           sizes=[(1823, 781), (5, 67, 300)], cpu_sizes=[(7, 33), (2, 3, 65)])
+softmax_backward_permuted = variant(softmax_module.softmax_backward, "softmax_backward_permuted",
+                                    _permuted_backward_inputs, sizes=[(1823, 781), (5, 67, 300)],
+                                    cpu_sizes=[(7, 33), (2, 3, 65)])
 
 
 @softmax_large.impl("eager_no_max_subtraction")
@@ -118,20 +92,14 @@ def _planted_no_dot(y, dy):
     return y * dy
 
 
-def _expected_on_cpu(impl: str, dtype: torch.dtype) -> Status:
-    if impl in PLANTED:
-        return Status.INCORRECT_NUMERICS
-    if impl.startswith("eager"):
-        return Status.PASSED
-    if impl.startswith("triton"):
-        return Status.SKIPPED if dtype == torch.bfloat16 else Status.PASSED
-    return Status.SKIPPED  # CUDA C++: compiled, then no GPU
+def _expected_on_cpu(impl: str, backend: str, dtype: torch.dtype) -> Status:
+    return Status.INCORRECT_NUMERICS if impl in PLANTED else expected_on_cpu(backend, dtype)
 
 
 def _assert_statuses(report: kk.RunReport, expected) -> None:
     assert report.results
     for r in report.results:
-        want = expected(r.impl, getattr(torch, r.dtype))
+        want = expected(r.impl, r.backend, getattr(torch, r.dtype))
         assert r.status is want, (r.case_id, r.status, r.message)
         if r.backend == "cuda" and r.status is Status.SKIPPED:
             assert "it compiled" in r.message, r.message
@@ -254,33 +222,28 @@ def test_rows_of_one_element(cpu_process: None) -> None:
 
 def test_triton_rowwise_hands_long_rows_to_the_looped_kernels(cpu_process: None, monkeypatch: pytest.MonkeyPatch
                                                               ) -> None:
-    used: list[str] = []
-
-    def spy(name: str, builder):
-        return lambda: (used.append(name), builder())[1]
-
-    for name in ("rowwise_kernel", "online_kernel", "backward_rowwise_kernel", "backward_chunked_kernel"):
-        monkeypatch.setattr(softmax_triton, name, spy(name, getattr(softmax_triton, name)))
+    spy = KernelSpy(softmax_module.triton_kernels)
+    monkeypatch.setattr(softmax_module, "triton_kernels", spy)
     forward, backward = softmax_module.softmax, softmax_module.softmax_backward
     cases = [  # (op, n_cols, the kernel triton_rowwise must launch): at and one past each register limit
-        (forward, softmax_triton.ROWWISE_MAX_N, "rowwise_kernel"),
-        (forward, softmax_triton.ROWWISE_MAX_N + 1, "online_kernel"),
-        (backward, softmax_triton.BACKWARD_ROWWISE_MAX_N, "backward_rowwise_kernel"),
-        (backward, softmax_triton.BACKWARD_ROWWISE_MAX_N + 1, "backward_chunked_kernel"),
+        (forward, softmax_module.ROWWISE_MAX_N, "softmax_rowwise_kernel"),
+        (forward, softmax_module.ROWWISE_MAX_N + 1, "softmax_online_kernel"),
+        (backward, softmax_module.BACKWARD_ROWWISE_MAX_N, "softmax_backward_rowwise_kernel"),
+        (backward, softmax_module.BACKWARD_ROWWISE_MAX_N + 1, "softmax_backward_chunked_kernel"),
     ]
     for op, n_cols, kernel in cases:
         inputs = op.make_inputs((2, n_cols), torch.float32, torch.device("cpu"), 0)
-        used.clear()
+        spy.used.clear()
         out = op.impls["triton_rowwise"].fn(*inputs)
-        assert used == [kernel], (op.name, n_cols, used)
+        assert spy.used == [kernel], (op.name, n_cols, spy.used)
         _assert_matches_reference(out, op.reference, *inputs)
 
 
 def test_launch_heuristics() -> None:
-    assert [softmax_triton.rowwise_num_warps(b) for b in (64, 1024, 2048, 4096, 32768)] == [4, 4, 8, 16, 16]
-    assert softmax_triton.rows_per_program(64, 7) == 8  # 16 would fit the tile; 8 covers the 7 rows
-    assert softmax_triton.rows_per_program(64, 100) == 16
-    assert softmax_triton.rows_per_program(1024, 8192) == 1
+    assert [softmax_module.rowwise_num_warps(b) for b in (64, 1024, 2048, 4096, 32768)] == [4, 4, 8, 16, 16]
+    assert softmax_module.rows_per_program(64, 7) == 8  # 16 would fit the tile; 8 covers the 7 rows
+    assert softmax_module.rows_per_program(64, 100) == 16
+    assert softmax_module.rows_per_program(1024, 8192) == 1
     threads = softmax_module.cuda_threads
     assert [threads(n) for n in (1, 33, 1000, 4096, 16384, 32768, 262144)] == [32, 32, 64, 256, 1024, 1024, 1024]
     # The CUDA kernels hold aligned rows in registers while n <= threads x 32 (forward), x 16 (backward).
@@ -291,14 +254,8 @@ def test_launch_heuristics() -> None:
 @pytest.mark.parametrize("shape", [(0,), (0, 5), (4, 0), (2, 0, 3)])
 def test_empty_input_gives_empty_output_without_a_launch(shape: tuple[int, ...], monkeypatch: pytest.MonkeyPatch
                                                          ) -> None:
-    def no_launch(*args, **kwargs):
-        raise AssertionError("launched a kernel on an empty input")
-
-    for name in ("rowwise_kernel", "online_kernel", "backward_rowwise_kernel", "backward_chunked_kernel"):
-        monkeypatch.setattr(softmax_triton, name, no_launch)
-    never = SimpleNamespace(launch=no_launch)
-    monkeypatch.setattr(softmax_module, "CUDA_WARP", {dtype: never for dtype in FP})
-    monkeypatch.setattr(softmax_module, "CUDA_BACKWARD_WARP", {dtype: never for dtype in FP})
+    for name in ("triton_kernels", "CUDA_WARP", "CUDA_BACKWARD_WARP"):
+        monkeypatch.setattr(softmax_module, name, NoLaunch(name))
     for dtype in (torch.float32, torch.bfloat16):
         x = torch.empty(shape, dtype=dtype)
         outputs = {f"softmax {name}": impl.fn(x) for name, impl in FWD.items()}
@@ -324,7 +281,7 @@ def test_cuda_kernels_compile_for_sm90_without_spills(cpu_process: None, can_com
 # ---- GPU: each case in a spawned worker, so this process's CPU-mode environment cannot leak in -------------
 
 
-def _expected_on_gpu(impl: str, dtype: torch.dtype) -> Status:
+def _expected_on_gpu(impl: str, backend: str, dtype: torch.dtype) -> Status:
     return Status.INCORRECT_NUMERICS if impl in PLANTED else Status.PASSED
 
 

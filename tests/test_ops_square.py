@@ -6,9 +6,7 @@ boundary. They are module-level so ``kk.check(__file__)`` finds them, in this pr
 
 from __future__ import annotations
 
-import math
 import re
-from types import SimpleNamespace
 
 import pytest
 import torch
@@ -16,9 +14,21 @@ import torch
 import kernelkit as kk
 from kernelkit.ops import square as square_module
 from kernelkit.results import Status
-from kernelkit.spec import dtype_name, seeded_normal
+from kernelkit.spec import dtype_name
+from opkit import (
+    FP,
+    NoLaunch,
+    assert_every_impl_passed,
+    assert_expected_on_cpu,
+    assert_runs_on_gpu,
+    each_input,
+    misaligned,
+    permuted,
+    summary,
+    variant,
+)
 
-FP = (torch.float32, torch.float16, torch.bfloat16)
+NUMBA_DTYPES = (torch.float32, torch.float16)  # the dtypes of square's Numba impls
 # Tiny CPU shapes (the simulator runs ~100 us per thread), each at an edge:
 CPU_SHAPES = [
     (33, 17),  # odd in both dimensions: partial blocks, a vector tail (561 = 4 * 140 + 1)
@@ -29,49 +39,10 @@ IMPLS = square_module.square.impls  # not the op itself: kk.check(__file__) woul
 CUDA_VEC4_KERNELS = ["square_vec4_f32_kernel", "square_vec4_f16_kernel", "square_vec4_bf16_kernel"]
 
 
-def _permuted_inputs(size, dtype, device, seed):
-    """A non-contiguous tensor of ``size``: drawn with its dimensions reversed, then permuted back."""
-    x = seeded_normal(tuple(reversed(size)), dtype, device, seed)
-    return (x.permute(*reversed(range(x.dim()))),)
-
-
-def _misaligned_inputs(size, dtype, device, seed):
-    """A contiguous view one element into a fresh (256-byte aligned) buffer: off every 16-byte boundary."""
-    flat = seeded_normal((math.prod(size) + 1,), dtype, device, seed)
-    return (flat[1:].view(size),)
-
-
-@kk.op(sizes=[(1823, 781), (5, 67, 3)], cpu_sizes=[(33, 17), (3, 5, 7)], dtypes=list(FP), inputs=_permuted_inputs)
-def square_permuted(x):
-    return x * x
-
-
-@kk.op(sizes=[(1823, 781), (1, 4099)], cpu_sizes=[(1, 257)], dtypes=list(FP), inputs=_misaligned_inputs)
-def square_misaligned(x):
-    return x * x
-
-
-for _op in (square_permuted, square_misaligned):
-    for _name, _impl in IMPLS.items():
-        _op.impl(_name, kernels=_impl.kernels, dtypes=_impl.dtypes)(_impl.fn)
-
-
-def _expected_on_cpu(impl: str, dtype: torch.dtype) -> Status:
-    """What each impl can do without a GPU: eager runs, Triton (not bf16) and Numba (fp32, fp16) are emulated."""
-    if impl == "eager":
-        return Status.PASSED
-    if impl.startswith("triton"):
-        return Status.SKIPPED if dtype == torch.bfloat16 else Status.PASSED
-    if impl.startswith("numba"):
-        return Status.PASSED if dtype in (torch.float32, torch.float16) else Status.SKIPPED
-    return Status.SKIPPED  # CUDA C++: compiled, then no GPU
-
-
-def _summary(report: kk.RunReport) -> list[tuple[str, str, str, str, str]]:
-    return [(r.op, r.impl, "x".join(map(str, r.size)), r.dtype, r.status.value) for r in report.results]
-
-
-
+square_permuted = variant(square_module.square, "square_permuted", each_input(permuted, 1),
+                          sizes=[(1823, 781), (5, 67, 3)], cpu_sizes=[(33, 17), (3, 5, 7)])
+square_misaligned = variant(square_module.square, "square_misaligned", each_input(misaligned, 1),
+                            sizes=[(1823, 781), (1, 4099)], cpu_sizes=[(1, 257)])
 
 
 
@@ -81,8 +52,7 @@ def _summary(report: kk.RunReport) -> list[tuple[str, str, str, str, str]]:
 def test_every_impl_at_edge_shapes_on_cpu(cpu_process: None) -> None:
     report = kk.check("square", device="cpu", isolate=False, sizes=CPU_SHAPES, dtypes=list(FP))
     assert len(report.results) == len(IMPLS) * len(CPU_SHAPES) * len(FP)
-    for r in report.results:
-        assert r.status is _expected_on_cpu(r.impl, getattr(torch, r.dtype)), (r.case_id, r.status, r.message)
+    assert_expected_on_cpu(report, NUMBA_DTYPES)
     tuned = [r.details["autotune"]["square_flat_kernel"] for r in report.results
              if r.impl == "triton_flat" and r.status is Status.PASSED]
     assert tuned and all(re.match(r"BLOCK_SIZE=\d+, num_warps=\d+, num_stages=\d+$", t["config"]) for t in tuned)
@@ -93,16 +63,15 @@ def test_flat_impls_span_several_blocks_on_cpu(cpu_process: None) -> None:
     # one; and 41 grid-stride steps per simulated thread, the last of them partial.
     report = kk.check("square", impls=["triton_flat", "numba_flat"], device="cpu", isolate=False,
                       sizes=[(3, 7001)], dtypes=[torch.float32])
-    assert [r.status for r in report.results] == [Status.PASSED] * 2, _summary(report)
+    assert [r.status for r in report.results] == [Status.PASSED] * 2, summary(report)
 
 
 def test_non_contiguous_and_misaligned_inputs_on_cpu(cpu_process: None) -> None:
-    assert not _permuted_inputs((33, 17), torch.float32, "cpu", 0)[0].is_contiguous()
-    assert _misaligned_inputs((1, 257), torch.float16, "cpu", 0)[0].data_ptr() % 16 != 0
+    assert not permuted((33, 17), torch.float32, "cpu", 0).is_contiguous()
+    assert misaligned((1, 257), torch.float16, "cpu", 0).data_ptr() % 16 != 0
     report = kk.check(__file__, device="cpu", isolate=False, dtypes=[torch.float32, torch.float16])
     assert {r.op for r in report.results} == {"square_permuted", "square_misaligned"}
-    for r in report.results:
-        assert r.status is _expected_on_cpu(r.impl, getattr(torch, r.dtype)), (r.case_id, r.status, r.message)
+    assert_expected_on_cpu(report, NUMBA_DTYPES)
 
 
 def test_cuda_kernels_compile_for_sm90_without_a_gpu(cpu_process: None, can_compile: bool) -> None:
@@ -122,14 +91,8 @@ def test_cuda_kernels_compile_for_sm90_without_a_gpu(cpu_process: None, can_comp
 @pytest.mark.parametrize("shape", [(0,), (0, 5), (4, 0, 3)])
 def test_empty_input_gives_empty_output_without_a_launch(shape: tuple[int, ...], monkeypatch: pytest.MonkeyPatch
                                                          ) -> None:
-    def no_launch(*args, **kwargs):
-        raise AssertionError("launched a kernel on an empty input")
-
-    for name in ("launch", "_triton_flat_kernel", "_triton_rowwise_kernel"):
-        monkeypatch.setattr(square_module, name, no_launch)
-    never = SimpleNamespace(launch=no_launch)
-    monkeypatch.setattr(square_module, "CUDA_2D", never)
-    monkeypatch.setattr(square_module, "CUDA_VEC4", {dtype: never for dtype in FP})
+    for name in ("launch", "triton_kernels", "CUDA_2D", "CUDA_VEC4"):
+        monkeypatch.setattr(square_module, name, NoLaunch(name))
     for dtype in (torch.float32, torch.float16):
         x = torch.empty(shape, dtype=dtype)
         for name, impl in IMPLS.items():
@@ -145,11 +108,7 @@ def test_empty_input_gives_empty_output_without_a_launch(shape: tuple[int, ...],
 
 def _check_on_gpu(target: str) -> kk.RunReport:
     report = kk.check(target, device="cuda")
-    for r in report.results:
-        dtype = getattr(torch, r.dtype)
-        impl = IMPLS[r.impl]
-        runs_here = not impl.dtypes or dtype in impl.dtypes
-        assert r.status is (Status.PASSED if runs_here else Status.SKIPPED), (r.case_id, r.status, r.message)
+    assert_runs_on_gpu(report, IMPLS)
     return report
 
 
@@ -157,10 +116,7 @@ def _check_on_gpu(target: str) -> kk.RunReport:
 @pytest.mark.slow
 def test_every_impl_on_large_tensors_on_gpu() -> None:
     report = _check_on_gpu("square")  # 4096x4096, 1823x781, 1x4097 in fp32, bf16, fp16
-    assert {r.impl for r in report.results if r.status is Status.PASSED} == set(IMPLS)
-    for r in report.results:
-        if r.impl == "triton_flat":
-            assert r.details["autotune"]["square_flat_kernel"]["tuned"] is True, r.case_id
+    assert_every_impl_passed(report, IMPLS, {"triton_flat": "square_flat_kernel"})
 
 
 @pytest.mark.gpu

@@ -13,7 +13,7 @@ from kernelkit.errors import BackendUnavailable, CompileError, LoadError, SpecEr
 from kernelkit.profiling.asm import AsmReport, inspect
 from kernelkit.profiling.sass import SassMemory, memory_ops, parse_ptxas_log, parse_res_usage, split_sass
 
-# nvdisasm -c of square.cu for sm_90 (NVRTC), trimmed to a few instructions per function.
+# nvdisasm -c of ops/square/cuda.cu for sm_90 (NVRTC), trimmed to a few instructions per function.
 NVDISASM = """\
 //--------------------- .text.square_vec4_f32_kernel --------------------------
         /*0570*/                   LDG.E.128.CONSTANT R4, desc[UR8][R8.64] ;

@@ -1,4 +1,6 @@
-"""Built-in ops: one module per op, each in the same order (reference, kernels, launchers, impls)."""
+"""Built-in ops: one package per op (or family of ops), each laid out the same way: ``__init__.py`` holds the
+reference, sizes, cost model and impl registrations; ``triton.py`` and ``numba.py`` the kernels, imported lazily
+(``kernelkit.backends.lazy.kernel_module``); ``cuda.cu`` the CUDA C++ kernels. BUILTIN_OPS: op name -> package."""
 
 BUILTIN_OPS: dict[str, str] = {
     "square": "kernelkit.ops.square",

@@ -29,7 +29,7 @@ def check(plan: BuildPlan) -> BuiltExtension:
 
     ``nvcc -cubin`` on the CUDA side (its front end type-checks host and device code alike, then ptxas runs; what it
     skips, cudafe++ and the host compiler going over torch's headers twice more, makes ``nvcc -c`` about 3x slower:
-    50 s against 15 s for square_inline.cu on 2 cores) alongside ``c++ -fsyntax-only`` on the C++ side and the
+    50 s against 15 s for ops/square/inline.cu on 2 cores) alongside ``c++ -fsyntax-only`` on the C++ side and the
     generated bindings (~20 s: torch/extension.h).
     """
     marker = cache_dir("inline", plan.key) / "checked"

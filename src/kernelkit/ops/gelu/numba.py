@@ -1,10 +1,10 @@
-"""Numba kernels of the gelu ops, kept apart so that ``kernelkit.ops.gelu`` imports without numba.
+"""Numba kernels of the gelu ops, imported on first use so that ``kernelkit.ops.gelu`` imports without numba.
 
 Numba's CUDA simulator swaps the module-level name ``cuda`` for its fake; a kernel must reach ``cuda`` as a
 global of its module (not a closure variable) to run there.
 
 Each kernel is a 1D grid-stride loop over flat float32 arrays: neighbouring threads touch neighbouring elements
-(coalesced), and a grid that fills the GPU once covers any size. The math is gelu.cu's, in float32: Numba types
+(coalesced), and a grid that fills the GPU once covers any size. The math is cuda.cu's, in float32: Numba types
 a Python float literal as float64, and float32 * float64 is float64 math, so every constant is a float32 global
 (Numba freezes globals as constants of their type). The math is written inline, not in device functions,
 so that ``numba.cuda.compile_ptx`` can type and compile the kernels without a GPU (tests check there is no

@@ -14,7 +14,6 @@ empty output without a launch.
 
 from __future__ import annotations
 
-import functools
 import math
 
 import torch
@@ -22,8 +21,10 @@ import torch.nn.functional as F
 
 from kernelkit.backends.cuda import cuda_kernel
 from kernelkit.backends.cuda.grid import BLOCK, elementwise_blocks
-from kernelkit.backends.triton import do_bench
+from kernelkit.backends.lazy import kernel_module
 from kernelkit.spec import Size, op, seeded_normal
+
+triton_kernels = kernel_module(__name__, "triton")
 
 FP = (torch.float32, torch.bfloat16, torch.float16)
 # Per element: the add, then the tanh formula 0.5 h (1 + tanh(sqrt(2/pi) (h + 0.044715 h^3))) as written: h*h,
@@ -80,58 +81,12 @@ def _as_rows(x: torch.Tensor, bias: torch.Tensor) -> tuple[torch.Tensor, torch.T
 
 
 # Kernels and launchers --------------------------------------------------------------------------------------
+# Triton: bias_gelu_fused_kernel (triton.py), 2D tiles with the bias loaded once per tile.
 
-# Widest tile row: N = 3072 and 4096 split into whole 1024-column tiles; a narrower N gets a power-of-two tile
-# just wider than itself and more rows per program.
-MAX_BLOCK_N = 1024
-
-
-@functools.cache
-def _triton_fused_kernel():  # built on first use: importing triton at import time would fix the interpreter choice
-    import triton
-    import triton.language as tl
-
-    # Elements per program and warps, around what elementwise kernels like on H100 (16 to 64 bytes a thread for
-    # fp32); the best depends on the shape (tail, waves). The tile's shape follows from TILE and N (heuristics).
-    configs = [triton.Config({"TILE": tile}, num_warps=warps)
-               for tile, warps in ((2048, 4), (4096, 4), (4096, 8), (8192, 8))]
-
-    @triton.autotune(configs=configs, key=["n_rows", "n_cols"], do_bench=do_bench)
-    @triton.heuristics({  # evaluated in order: BLOCK_M sees BLOCK_N
-        "BLOCK_N": lambda args: min(triton.next_power_of_2(args["n_cols"]), MAX_BLOCK_N, args["TILE"]),
-        "BLOCK_M": lambda args: args["TILE"] // args["BLOCK_N"],
-    })
-    @triton.jit
-    def bias_gelu_fused_kernel(x_ptr, bias_ptr, y_ptr, n_rows, n_cols, TILE: tl.constexpr,
-                               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
-        # One program per (BLOCK_M, BLOCK_N) tile of the row-major (rows, N) matrix: it loads the BLOCK_N bias
-        # values of its columns once and broadcasts them down its rows, so no per-element column arithmetic.
-        # Reads BLOCK_M * BLOCK_N elements of x and BLOCK_N of bias, writes BLOCK_M * BLOCK_N: the fused ideal.
-        # int64 row offsets: int32 ones would wrap past 2**31 elements.
-        rows = tl.program_id(0).to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)
-        cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
-        col_mask = cols < n_cols
-        mask = (rows[:, None] < n_rows) & col_mask[None, :]
-        offsets = rows[:, None] * n_cols + cols[None, :]
-        b = tl.load(bias_ptr + cols, mask=col_mask).to(tl.float32)
-        h = tl.load(x_ptr + offsets, mask=mask).to(tl.float32) + b[None, :]
-        # gelu_tanh(h) = 0.5 h (1 + tanh(u)) = h * sigmoid(2u), u = sqrt(2/pi) (h + 0.044715 h^3): one exp, no
-        # tanh. The sigmoid in its overflow-free form (t = exp(-|2u|) in (0, 1]; 1 / (1 + t), or t / (1 + t) for
-        # u < 0): the denominator stays in [1, 2], where Triton's approximate division is exact enough, and far
-        # in the negative tail t underflows to 0, giving the reference's -0.
-        two_u = 1.5957691216057308 * h * (1.0 + 0.044715 * h * h)
-        t = tl.exp(-tl.abs(two_u))
-        y = h * (tl.where(two_u >= 0, 1.0, t) / (1.0 + t))
-        # Rounded once to the output dtype; eager also rounds h, in between.
-        tl.store(y_ptr + offsets, y.to(y_ptr.dtype.element_ty), mask=mask)
-
-    return bias_gelu_fused_kernel
-
-
-CUDA_FUSED_VEC = {  # one kernel per dtype: 4 floats or 8 halves / bfloat16s per 16-byte vector
-    torch.float32: cuda_kernel("bias_gelu.cu", "bias_gelu_vec_f32_kernel"),
-    torch.float16: cuda_kernel("bias_gelu.cu", "bias_gelu_vec_f16_kernel"),
-    torch.bfloat16: cuda_kernel("bias_gelu.cu", "bias_gelu_vec_bf16_kernel"),
+CUDA_FUSED_VEC = {  # one kernel per dtype: 4 floats or 8 halves / bfloat16s per 16-byte vector (cuda.cu)
+    torch.float32: cuda_kernel("cuda.cu", "bias_gelu_vec_f32_kernel"),
+    torch.float16: cuda_kernel("cuda.cu", "bias_gelu_vec_f16_kernel"),
+    torch.bfloat16: cuda_kernel("cuda.cu", "bias_gelu_vec_bf16_kernel"),
 }
 
 # The grid-stride kernels run 256-thread blocks, one thread per work item (see backends/cuda/grid.py for why).
@@ -147,7 +102,7 @@ def bias_gelu_eager_unfused(x: torch.Tensor, bias: torch.Tensor) -> torch.Tensor
     return F.gelu(h, approximate="tanh")  # kernel 2: read MN, write MN
 
 
-@bias_gelu.impl("triton_fused", kernels=[_triton_fused_kernel])
+@bias_gelu.impl("triton_fused", kernels=[triton_kernels.lazy("bias_gelu_fused_kernel")])
 def bias_gelu_triton_fused(x: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
     """Triton, one program per 2D tile, bias loaded once per tile; tile size and num_warps autotuned per shape."""
     import triton
@@ -157,7 +112,7 @@ def bias_gelu_triton_fused(x: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
     n_rows, n_cols = rows.shape
     if rows.numel():
         grid = lambda meta: (triton.cdiv(n_rows, meta["BLOCK_M"]), triton.cdiv(n_cols, meta["BLOCK_N"]))
-        _triton_fused_kernel()[grid](rows, b, y, n_rows, n_cols)
+        triton_kernels.bias_gelu_fused_kernel[grid](rows, b, y, n_rows, n_cols)
     return y.view(x.shape)
 
 

@@ -5,21 +5,25 @@ contiguous. An empty input gives an empty output without a launch. Memory traffi
 elements, write N elements; N multiplications.
 
 Variants: ``triton_rowwise``, ``numba_2d``, ``cuda_2d`` are the learner's first versions; ``triton_flat``,
-``numba_flat`` and ``cuda_vec4`` treat the tensor as one flat array (no per-row work, no 2D index math).
+``numba_flat`` and ``cuda_vec4`` treat the tensor as one flat array (no per-row work, no 2D index math);
+``cuda_inline_vec4`` is cuda_vec4's float32 kernel built by torch's load_inline. Kernels: triton.py, numba.py,
+cuda.cu (NVRTC), inline.cu (load_inline, with its C++ wrapper).
 """
 
 from __future__ import annotations
 
-import functools
 import math
 
 import torch
 
 from kernelkit.backends.cuda import cuda_kernel, load_inline
 from kernelkit.backends.cuda.grid import BLOCK, elementwise_blocks
+from kernelkit.backends.lazy import kernel_module
 from kernelkit.backends.numba import launch
-from kernelkit.backends.triton import do_bench
 from kernelkit.spec import op
+
+triton_kernels = kernel_module(__name__, "triton")
+numba_kernels = kernel_module(__name__, "numba")
 
 
 # Reference. bytes: read numel + write numel elements; flops: numel multiplications.
@@ -48,61 +52,20 @@ def _as_flat(x: torch.Tensor) -> torch.Tensor:
 
 # Kernels and launchers --------------------------------------------------------------------------------------
 
-@functools.cache
-def _triton_rowwise_kernel():  # built on first use: importing triton at import time would fix the interpreter choice
-    import triton
-    import triton.language as tl
-
-    @triton.jit
-    def square_rowwise_kernel(x_ptr, y_ptr, n_cols, stride_xm, stride_ym, BLOCK_SIZE: tl.constexpr):
-        # One program per row, as in the lecture; rows longer than BLOCK_SIZE are walked in chunks.
-        row = tl.program_id(0)
-        for start in range(0, n_cols, BLOCK_SIZE):
-            cols = start + tl.arange(0, BLOCK_SIZE)
-            mask = cols < n_cols
-            x = tl.load(x_ptr + row * stride_xm + cols, mask=mask)
-            tl.store(y_ptr + row * stride_ym + cols, x * x, mask=mask)
-
-    return square_rowwise_kernel
-
-
-@functools.cache
-def _triton_flat_kernel():  # built on first use, like the rowwise kernel
-    import triton
-    import triton.language as tl
-
-    # A few block sizes around what elementwise kernels like on H100; the best depends on numel (tail, waves).
-    configs = [triton.Config({"BLOCK_SIZE": size}, num_warps=warps)
-               for size, warps in ((1024, 4), (2048, 4), (4096, 8), (8192, 8))]
-
-    @triton.autotune(configs=configs, key=["n_elements"], do_bench=do_bench)
-    @triton.jit
-    def square_flat_kernel(x_ptr, y_ptr, n_elements, BLOCK_SIZE: tl.constexpr):
-        # One program per BLOCK_SIZE consecutive elements: reads BLOCK_SIZE elements, writes BLOCK_SIZE, in wide
-        # coalesced accesses. int64 offsets: int32 ones would wrap past 2**31 elements.
-        offsets = tl.program_id(0).to(tl.int64) * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
-        mask = offsets < n_elements
-        x = tl.load(x_ptr + offsets, mask=mask).to(tl.float32)
-        # The square in fp32, rounded once to the output dtype: what PyTorch computes for fp16 and bf16.
-        tl.store(y_ptr + offsets, (x * x).to(y_ptr.dtype.element_ty), mask=mask)
-
-    return square_flat_kernel
-
-
-CUDA_2D = cuda_kernel("square.cu", "square_2d_kernel")
+CUDA_2D = cuda_kernel("cuda.cu", "square_2d_kernel")
 # The same float4 kernel as a PyTorch C++ extension through torch's load_inline (the lectures' path): the
-# wrapper in square_inline.cu checks, allocates and launches on the current stream.
+# wrapper in inline.cu checks, allocates and launches on the current stream.
 SQUARE_INLINE = load_inline(
     "square_vec4_ext",
     cpp_sources="torch::Tensor square_vec4(torch::Tensor x);",
-    cuda_sources="square_inline.cu",
+    cuda_sources="inline.cu",
     functions=["square_vec4"],
 )
 
 CUDA_VEC4 = {  # one kernel per dtype: 4 floats or 8 halves / bfloat16s per 16-byte vector
-    torch.float32: cuda_kernel("square.cu", "square_vec4_f32_kernel"),
-    torch.float16: cuda_kernel("square.cu", "square_vec4_f16_kernel"),
-    torch.bfloat16: cuda_kernel("square.cu", "square_vec4_bf16_kernel"),
+    torch.float32: cuda_kernel("cuda.cu", "square_vec4_f32_kernel"),
+    torch.float16: cuda_kernel("cuda.cu", "square_vec4_f16_kernel"),
+    torch.bfloat16: cuda_kernel("cuda.cu", "square_vec4_bf16_kernel"),
 }
 
 # Grid-stride kernels (numba_flat, cuda_vec4) launch one thread per item on a GPU (see backends/cuda/grid.py for
@@ -118,7 +81,7 @@ def square_eager(x: torch.Tensor) -> torch.Tensor:
     return torch.square(x)
 
 
-@square.impl("triton_rowwise")
+@square.impl("triton_rowwise", kernels=[triton_kernels.lazy("square_rowwise_kernel")])
 def square_triton_rowwise(x: torch.Tensor) -> torch.Tensor:
     """Triton, one program per row (the lecture's first version)."""
     import triton
@@ -127,8 +90,8 @@ def square_triton_rowwise(x: torch.Tensor) -> torch.Tensor:
     y = torch.empty_like(rows)
     if rows.numel():
         block = min(triton.next_power_of_2(rows.shape[1]), 4096)
-        kernel = _triton_rowwise_kernel()
-        kernel[(rows.shape[0],)](rows, y, rows.shape[1], rows.stride(0), y.stride(0), BLOCK_SIZE=block)
+        triton_kernels.square_rowwise_kernel[(rows.shape[0],)](rows, y, rows.shape[1], rows.stride(0), y.stride(0),
+                                                               BLOCK_SIZE=block)
     return y.reshape(x.shape)
 
 
@@ -140,9 +103,7 @@ def square_numba_2d(x: torch.Tensor) -> torch.Tensor:
     if rows.numel():
         block = (16, 16)
         grid = ((rows.shape[1] + 15) // 16, (rows.shape[0] + 15) // 16)  # (column blocks, row blocks)
-        from kernelkit.ops.square_numba import square_2d_kernel
-
-        launch(square_2d_kernel, grid, block, rows, y)
+        launch(numba_kernels.square_2d_kernel, grid, block, rows, y)
     return y.reshape(x.shape)
 
 
@@ -159,7 +120,7 @@ def square_cuda_2d(x: torch.Tensor) -> torch.Tensor:
     return y.reshape(x.shape)
 
 
-@square.impl("triton_flat", kernels=[_triton_flat_kernel])
+@square.impl("triton_flat", kernels=[triton_kernels.lazy("square_flat_kernel")])
 def square_triton_flat(x: torch.Tensor) -> torch.Tensor:
     """Triton, a flat 1D grid over every element; BLOCK_SIZE and num_warps autotuned per numel and dtype."""
     import triton
@@ -168,7 +129,7 @@ def square_triton_flat(x: torch.Tensor) -> torch.Tensor:
     y = torch.empty_like(flat)
     n = flat.numel()
     if n:
-        _triton_flat_kernel()[lambda meta: (triton.cdiv(n, meta["BLOCK_SIZE"]),)](flat, y, n)
+        triton_kernels.square_flat_kernel[lambda meta: (triton.cdiv(n, meta["BLOCK_SIZE"]),)](flat, y, n)
     return y.view(x.shape)
 
 
@@ -178,9 +139,8 @@ def square_numba_flat(x: torch.Tensor) -> torch.Tensor:
     flat = _as_flat(x)
     y = torch.empty_like(flat)
     if flat.numel():
-        from kernelkit.ops.square_numba import square_flat_kernel
-
-        launch(square_flat_kernel, elementwise_blocks(flat.numel(), flat.device), GRID_STRIDE_BLOCK, flat, y)
+        blocks = elementwise_blocks(flat.numel(), flat.device)
+        launch(numba_kernels.square_flat_kernel, blocks, GRID_STRIDE_BLOCK, flat, y)
     return y.view(x.shape)
 
 

@@ -13,7 +13,7 @@ target is the device's copy bandwidth (H100: 3.0 TB/s).
 
 Variants: ``cuda_double`` is the learner's first version (one thread per element, double-precision math);
 ``cuda_vec`` (16-byte vectors, grid-stride), ``triton_flat`` (autotuned flat blocks) and ``numba_flat``
-(grid-stride, float32) treat the tensor as one flat array. Kernels: gelu.cu, gelu_triton.py, gelu_numba.py.
+(grid-stride, float32) treat the tensor as one flat array. Kernels: cuda.cu, triton.py, numba.py.
 The forward references are PyTorch's fused F.gelu, so the derived eager baseline is PyTorch's kernel; the backward
 references are the derivatives written out (a dozen kernels eagerly), so the backward ops register ``eager`` as
 PyTorch's fused gelu_backward, the kernel autograd runs.
@@ -21,8 +21,6 @@ PyTorch's fused gelu_backward, the kernel autograd runs.
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -30,8 +28,12 @@ import torch.nn.functional as F
 
 from kernelkit.backends.cuda import cuda_kernel
 from kernelkit.backends.cuda.grid import BLOCK, elementwise_blocks
+from kernelkit.backends.lazy import kernel_module
 from kernelkit.backends.numba import launch
 from kernelkit.spec import op
+
+triton_kernels = kernel_module(__name__, "triton")
+numba_kernels = kernel_module(__name__, "numba")
 
 SQRT_2_OVER_PI = 0.7978845608028654
 CUBIC = 0.044715
@@ -120,33 +122,21 @@ gelu_erf.set_backward(gelu_erf_backward, saved=lambda x, y: (x,))
 
 # Kernels ----------------------------------------------------------------------------------------------------
 
-CUDA_DOUBLE = cuda_kernel("gelu.cu", "gelu_double_kernel")
+CUDA_DOUBLE = cuda_kernel("cuda.cu", "gelu_double_kernel")
 
 _SUFFIXES = {torch.float32: "f32", torch.float16: "f16", torch.bfloat16: "bf16"}
 # One cuda_vec kernel per op and dtype: 4 floats or 8 halves / bfloat16s per 16-byte vector.
 CUDA_VEC = {
-    name: {dtype: cuda_kernel("gelu.cu", f"{name}_vec_{suffix}_kernel") for dtype, suffix in _SUFFIXES.items()}
+    name: {dtype: cuda_kernel("cuda.cu", f"{name}_vec_{suffix}_kernel") for dtype, suffix in _SUFFIXES.items()}
     for name in ("gelu", "gelu_erf", "gelu_backward", "gelu_erf_backward")
 }
-
-
-def _triton_builder(kernel: str) -> Callable[[], Any]:
-    @functools.cache
-    def build() -> Any:  # on first use: importing triton at import time would fix the interpreter choice
-        from kernelkit.ops import gelu_triton
-
-        return getattr(gelu_triton, kernel)
-
-    return build
-
-
-TRITON_FLAT = {name: _triton_builder(f"{name}_flat_kernel")
-               for name in ("gelu", "gelu_erf", "gelu_backward", "gelu_erf_backward")}
+# One triton_flat kernel per op, named after it (triton.py).
+TRITON_FLAT = {name: f"{name}_flat_kernel" for name in ("gelu", "gelu_erf", "gelu_backward", "gelu_erf_backward")}
 
 # Launchers --------------------------------------------------------------------------------------------------
 # The grid-stride kernels (cuda_vec, numba_flat) launch 256-thread blocks, one thread per step of work on a GPU
 # (see backends/cuda/grid.py for why); in Numba's simulator the grid stays tiny, so the loop is exercised.
-# Number of inputs -> 16-byte vectors per input a cuda_vec thread loads per step (gelu.cu's kUnrollUnary/Binary).
+# Number of inputs -> 16-byte vectors per input a cuda_vec thread loads per step (cuda.cu's kUnrollUnary/Binary).
 VECTORS_PER_STEP = {1: 2, 2: 1}
 
 
@@ -175,26 +165,25 @@ def _run_cuda_vec(kernels: dict[torch.dtype, Any], x: torch.Tensor, *rest: torch
     return out.view(x.shape)
 
 
-def _run_triton_flat(builder: Callable[[], Any], x: torch.Tensor, *rest: torch.Tensor) -> torch.Tensor:
-    """One program per BLOCK_SIZE flat elements; BLOCK_SIZE and num_warps autotuned per numel and dtype."""
+def _run_triton_flat(kernel: str, x: torch.Tensor, *rest: torch.Tensor) -> torch.Tensor:
+    """Triton kernel ``kernel`` (triton.py): one program per BLOCK_SIZE flat elements; BLOCK_SIZE and num_warps
+    autotuned per numel and dtype."""
     flats = _flat_inputs(x, *rest)
     out = torch.empty_like(flats[0])
     n = out.numel()
     if n:
         import triton
 
-        builder()[lambda meta: (triton.cdiv(n, meta["BLOCK_SIZE"]),)](*flats, out, n)
+        getattr(triton_kernels, kernel)[lambda meta: (triton.cdiv(n, meta["BLOCK_SIZE"]),)](*flats, out, n)
     return out.view(x.shape)
 
 
 def _run_numba_flat(kernel: str, x: torch.Tensor, *rest: torch.Tensor) -> torch.Tensor:
-    """Numba grid-stride kernel ``kernel`` of gelu_numba over the flat inputs."""
+    """Numba grid-stride kernel ``kernel`` (numba.py) over the flat inputs."""
     flats = _flat_inputs(x, *rest)
     out = torch.empty_like(flats[0])
     if out.numel():
-        from kernelkit.ops import gelu_numba
-
-        launch(getattr(gelu_numba, kernel), elementwise_blocks(out.numel(), out.device), BLOCK, *flats, out)
+        launch(getattr(numba_kernels, kernel), elementwise_blocks(out.numel(), out.device), BLOCK, *flats, out)
     return out.view(x.shape)
 
 
@@ -219,7 +208,7 @@ def gelu_cuda_vec(x: torch.Tensor) -> torch.Tensor:
     return _run_cuda_vec(CUDA_VEC["gelu"], x)
 
 
-@gelu.impl("triton_flat", kernels=[TRITON_FLAT["gelu"]])
+@gelu.impl("triton_flat", kernels=[triton_kernels.lazy(TRITON_FLAT["gelu"])])
 def gelu_triton_flat(x: torch.Tensor) -> torch.Tensor:
     """Triton, a flat 1D grid over every element; BLOCK_SIZE and num_warps autotuned per numel and dtype."""
     return _run_triton_flat(TRITON_FLAT["gelu"], x)
@@ -237,7 +226,7 @@ def gelu_erf_cuda_vec(x: torch.Tensor) -> torch.Tensor:
     return _run_cuda_vec(CUDA_VEC["gelu_erf"], x)
 
 
-@gelu_erf.impl("triton_flat", kernels=[TRITON_FLAT["gelu_erf"]])
+@gelu_erf.impl("triton_flat", kernels=[triton_kernels.lazy(TRITON_FLAT["gelu_erf"])])
 def gelu_erf_triton_flat(x: torch.Tensor) -> torch.Tensor:
     """Triton, a flat 1D grid over every element, tl.math.erf; BLOCK_SIZE and num_warps autotuned."""
     return _run_triton_flat(TRITON_FLAT["gelu_erf"], x)
@@ -263,7 +252,7 @@ def gelu_backward_cuda_vec(x: torch.Tensor, dy: torch.Tensor) -> torch.Tensor:
     return _run_cuda_vec(CUDA_VEC["gelu_backward"], x, dy)
 
 
-@gelu_backward.impl("triton_flat", kernels=[TRITON_FLAT["gelu_backward"]])
+@gelu_backward.impl("triton_flat", kernels=[triton_kernels.lazy(TRITON_FLAT["gelu_backward"])])
 def gelu_backward_triton_flat(x: torch.Tensor, dy: torch.Tensor) -> torch.Tensor:
     """Triton, fused: reads x and dy, writes dx, over a flat 1D grid; BLOCK_SIZE and num_warps autotuned."""
     return _run_triton_flat(TRITON_FLAT["gelu_backward"], x, dy)
@@ -287,7 +276,7 @@ def gelu_erf_backward_cuda_vec(x: torch.Tensor, dy: torch.Tensor) -> torch.Tenso
     return _run_cuda_vec(CUDA_VEC["gelu_erf_backward"], x, dy)
 
 
-@gelu_erf_backward.impl("triton_flat", kernels=[TRITON_FLAT["gelu_erf_backward"]])
+@gelu_erf_backward.impl("triton_flat", kernels=[triton_kernels.lazy(TRITON_FLAT["gelu_erf_backward"])])
 def gelu_erf_backward_triton_flat(x: torch.Tensor, dy: torch.Tensor) -> torch.Tensor:
     """Triton, fused: reads x and dy, writes dx, over a flat 1D grid; BLOCK_SIZE and num_warps autotuned."""
     return _run_triton_flat(TRITON_FLAT["gelu_erf_backward"], x, dy)

@@ -1,7 +1,7 @@
-"""Triton kernels of the gelu ops, imported only on first use (by the cached builders in ``kernelkit.ops.gelu``).
+"""Triton kernels of the gelu ops, imported on first use (``kernel_module`` in ``kernelkit.ops.gelu``).
 
 Importing triton fixes whether its kernels run in the interpreter, so ``kernelkit.ops.gelu`` must import without
-it; this module imports triton at its top and is itself imported late. The math is gelu.cu's, in fp32 for every
+it; this module imports triton at its top and is itself imported late. The math is cuda.cu's, in fp32 for every
 storage dtype, rounded once to the output dtype.
 """
 
@@ -23,7 +23,7 @@ CONFIGS = [triton.Config({"BLOCK_SIZE": size}, num_warps=warps)
            for size, warps in ((1024, 4), (2048, 4), (4096, 8), (8192, 8))]
 
 
-# ---- the math (fp32 in, fp32 out); gelu.cu explains each formulation ---------------------------------------
+# ---- the math (fp32 in, fp32 out); cuda.cu explains each formulation ---------------------------------------
 
 @triton.jit
 def _tanh_halves(u):

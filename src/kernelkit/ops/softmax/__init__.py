@@ -6,7 +6,7 @@ output without a launch. A row of -inf only gives NaN, as torch.softmax does.
 
 Forward impls: ``eager`` (torch.softmax, PyTorch's fused kernel: the baseline to beat), ``eager_fivepass`` (the
 lecture's five-op version), ``triton_rowwise`` (whole rows in registers; rows longer than
-``softmax_triton.ROWWISE_MAX_N`` = 32768 run ``triton_online``'s kernel instead), ``triton_online`` (any row length:
+``ROWWISE_MAX_N`` = 32768 run ``triton_online``'s kernel instead), ``triton_online`` (any row length:
 online max and rescaled sum, then a second pass), ``cuda_warp`` (CUDA C++: shuffle reductions; rows whose pointers
 and length allow 16-byte accesses are held in registers up to 32768 elements, other rows take the online two passes).
 Backward impls: ``eager`` (PyTorch's fused kernel, what autograd runs), ``triton_rowwise`` (whole rows of y and dy
@@ -21,8 +21,10 @@ import math
 import torch
 
 from kernelkit.backends.cuda import CudaKernel, cuda_kernel
-from kernelkit.ops import softmax_triton as kernels
+from kernelkit.backends.lazy import kernel_module
 from kernelkit.spec import Size, op, seeded_normal
+
+triton_kernels = kernel_module(__name__, "triton")
 
 FP = [torch.float32, torch.bfloat16, torch.float16]
 CPU_SIZES = [(7, 33), (1, 257), (2, 3, 65)]  # the Triton interpreter runs ~1 ms per program: keep them tiny
@@ -81,6 +83,34 @@ def _as_rows(x: torch.Tensor) -> torch.Tensor:
 
 
 # Kernels and launchers --------------------------------------------------------------------------------------
+# Triton (triton.py): whole rows in registers, or rows of any length in chunks; the heuristics below choose.
+
+# Longest row the rowwise kernels hold in registers (as fp32, whatever the input dtype): at 16 warps, 64 values a
+# thread for the forward's one row, 32 a thread for each of the backward's two (y, dy). Longer rows would spill.
+ROWWISE_MAX_N = 32768
+BACKWARD_ROWWISE_MAX_N = 16384
+# Elements a rowwise program covers at least: rows shorter than this are packed several to a program, so a
+# program of 4 warps still has ~8 elements a thread to load instead of idling on masked lanes.
+ROWWISE_MIN_TILE = 1024
+# Chunk of a row the looped kernels (online forward, chunked backward) load per step: 16 values a thread at 8 warps.
+CHUNK_SIZE = 4096
+CHUNK_NUM_WARPS = 8
+
+
+def rowwise_num_warps(block_size: int) -> int:
+    """Warps for a program holding ``block_size`` elements of a row (the fused-softmax tutorial's heuristic)."""
+    if block_size >= 4096:
+        return 16
+    if block_size >= 2048:
+        return 8
+    return 4
+
+
+def rows_per_program(block_size: int, n_rows: int) -> int:
+    """Rows a rowwise program takes: enough for ROWWISE_MIN_TILE elements, no more than there are rows (pow2)."""
+    rows = max(1, ROWWISE_MIN_TILE // block_size)
+    return min(rows, 1 << max(0, n_rows - 1).bit_length())
+
 
 def _launch_triton_rowwise(x: torch.Tensor, y: torch.Tensor) -> None:
     """Whole rows (n_cols <= ROWWISE_MAX_N) of the (M, N) x into y; several rows a program when they are short."""
@@ -88,10 +118,10 @@ def _launch_triton_rowwise(x: torch.Tensor, y: torch.Tensor) -> None:
 
     n_rows, n_cols = x.shape
     block = triton.next_power_of_2(n_cols)
-    per_program = kernels.rows_per_program(block, n_rows)
-    kernels.rowwise_kernel()[(triton.cdiv(n_rows, per_program),)](
+    per_program = rows_per_program(block, n_rows)
+    triton_kernels.softmax_rowwise_kernel[(triton.cdiv(n_rows, per_program),)](
         x, y, n_rows, n_cols, x.stride(0), y.stride(0), BLOCK_SIZE=block, ROWS_PER_PROGRAM=per_program,
-        num_warps=kernels.rowwise_num_warps(block * per_program))
+        num_warps=rowwise_num_warps(block * per_program))
 
 
 def _launch_triton_online(x: torch.Tensor, y: torch.Tensor) -> None:
@@ -99,9 +129,9 @@ def _launch_triton_online(x: torch.Tensor, y: torch.Tensor) -> None:
     import triton
 
     n_rows, n_cols = x.shape
-    block = min(triton.next_power_of_2(n_cols), kernels.CHUNK_SIZE)
-    kernels.online_kernel()[(n_rows,)](x, y, n_cols, x.stride(0), y.stride(0), BLOCK_SIZE=block,
-                                       num_warps=min(kernels.CHUNK_NUM_WARPS, kernels.rowwise_num_warps(block)))
+    block = min(triton.next_power_of_2(n_cols), CHUNK_SIZE)
+    triton_kernels.softmax_online_kernel[(n_rows,)](x, y, n_cols, x.stride(0), y.stride(0), BLOCK_SIZE=block,
+                                                    num_warps=min(CHUNK_NUM_WARPS, rowwise_num_warps(block)))
 
 
 def _launch_triton_backward(y: torch.Tensor, dy: torch.Tensor, dx: torch.Tensor) -> None:
@@ -110,29 +140,29 @@ def _launch_triton_backward(y: torch.Tensor, dy: torch.Tensor, dx: torch.Tensor)
 
     n_rows, n_cols = y.shape
     strides = (y.stride(0), dy.stride(0), dx.stride(0))
-    if n_cols <= kernels.BACKWARD_ROWWISE_MAX_N:
+    if n_cols <= BACKWARD_ROWWISE_MAX_N:
         block = triton.next_power_of_2(n_cols)
-        per_program = kernels.rows_per_program(block, n_rows)
-        kernels.backward_rowwise_kernel()[(triton.cdiv(n_rows, per_program),)](
+        per_program = rows_per_program(block, n_rows)
+        triton_kernels.softmax_backward_rowwise_kernel[(triton.cdiv(n_rows, per_program),)](
             y, dy, dx, n_rows, n_cols, *strides, BLOCK_SIZE=block, ROWS_PER_PROGRAM=per_program,
-            num_warps=kernels.rowwise_num_warps(block * per_program))
+            num_warps=rowwise_num_warps(block * per_program))
     else:
-        block = kernels.CHUNK_SIZE
-        kernels.backward_chunked_kernel()[(n_rows,)](y, dy, dx, n_cols, *strides, BLOCK_SIZE=block,
-                                                     num_warps=kernels.CHUNK_NUM_WARPS)
+        block = CHUNK_SIZE
+        triton_kernels.softmax_backward_chunked_kernel[(n_rows,)](y, dy, dx, n_cols, *strides, BLOCK_SIZE=block,
+                                                                  num_warps=CHUNK_NUM_WARPS)
 
 
-# One kernel per dtype and direction; each picks its path per launch (see softmax.cu): the row in registers with
+# One kernel per dtype and direction; each picks its path per launch (see cuda.cu): the row in registers with
 # 16-byte accesses when aligned and no longer than threads x 32 (forward) or x 16 (backward), else two passes.
 CUDA_WARP = {
-    torch.float32: cuda_kernel("softmax.cu", "softmax_warp_f32_kernel"),
-    torch.float16: cuda_kernel("softmax.cu", "softmax_warp_f16_kernel"),
-    torch.bfloat16: cuda_kernel("softmax.cu", "softmax_warp_bf16_kernel"),
+    torch.float32: cuda_kernel("cuda.cu", "softmax_warp_f32_kernel"),
+    torch.float16: cuda_kernel("cuda.cu", "softmax_warp_f16_kernel"),
+    torch.bfloat16: cuda_kernel("cuda.cu", "softmax_warp_bf16_kernel"),
 }
 CUDA_BACKWARD_WARP = {
-    torch.float32: cuda_kernel("softmax.cu", "softmax_backward_warp_f32_kernel"),
-    torch.float16: cuda_kernel("softmax.cu", "softmax_backward_warp_f16_kernel"),
-    torch.bfloat16: cuda_kernel("softmax.cu", "softmax_backward_warp_bf16_kernel"),
+    torch.float32: cuda_kernel("cuda.cu", "softmax_backward_warp_f32_kernel"),
+    torch.float16: cuda_kernel("cuda.cu", "softmax_backward_warp_f16_kernel"),
+    torch.bfloat16: cuda_kernel("cuda.cu", "softmax_backward_warp_bf16_kernel"),
 }
 CUDA_ELEMENTS_PER_THREAD = 16  # one to four 16-byte vectors in flight a thread; at 1024 threads rows run longer
 
@@ -176,7 +206,7 @@ def softmax_triton_rowwise(x: torch.Tensor) -> torch.Tensor:
     rows = _as_rows(x)
     y = torch.empty_like(rows)
     if rows.numel():
-        if rows.shape[1] <= kernels.ROWWISE_MAX_N:
+        if rows.shape[1] <= ROWWISE_MAX_N:
             _launch_triton_rowwise(rows, y)
         else:
             _launch_triton_online(rows, y)

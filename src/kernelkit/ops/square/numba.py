@@ -1,4 +1,4 @@
-"""Numba kernels of `square`, kept apart so that `kernelkit.ops.square` imports without numba.
+"""Numba kernels of `square`, imported on first use so that `kernelkit.ops.square` imports without numba.
 
 Numba's CUDA simulator swaps the module-level name ``cuda`` for its fake; a kernel must reach ``cuda`` as a
 global of its module (not a closure variable) to run there.
