@@ -59,3 +59,15 @@ def test_a_registered_backend_is_benchmarked_in_a_worker() -> None:
 def test_asm_says_why_a_registered_backend_cannot_show_its_kernels() -> None:
     with pytest.raises(BackendUnavailable, match="plain Python .backend interp.: there is no machine code"):
         kk.asm(INTERP, "interp_loop", dtype=torch.float32)
+
+
+def test_each_baseline_is_derived_by_the_backend_of_its_name() -> None:
+    from kernelkit.spec import BASELINES, LISTED_BASELINES
+    from kernelkit.target import load
+
+    square = load("kernelkit.ops.square")["square"]
+    for name in BASELINES:
+        derived = backends.baseline_impl(name, square)
+        assert (derived.name, derived.backend) == (name, name)
+    assert backends.baseline_impl("triton", square) is None  # a kernel DSL derives nothing from a reference
+    assert list(square.baselines) == [n for n in LISTED_BASELINES if n not in square.impls]

@@ -8,8 +8,8 @@ from typer.testing import CliRunner
 
 import kernelkit as kk
 from kernelkit.cli import app
-from kernelkit.codegen import GeneratedCode
 from kernelkit.errors import CompileError
+from kernelkit.profiling.codegen import GeneratedCode
 from kernelkit.spec import parse_size
 
 cli = CliRunner()

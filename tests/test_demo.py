@@ -8,16 +8,17 @@ import pytest
 from rich.console import Console
 from typer.testing import CliRunner
 
-from kernelkit import demo, demo_steps
+from kernelkit import demo
 from kernelkit.cli import app
-from kernelkit.demo_steps import Outcome
+from kernelkit.demo import steps as demo_steps
+from kernelkit.demo.steps import Outcome
 from kernelkit.jobs import bench as sweep
 from kernelkit.jobs.bench import SweepReport
 from kernelkit.measure.measurement import BenchResult, Ceiling, Measurement
 from kernelkit.measure.stats import speedup
 from kernelkit.results import Status
 
-TITLES = [step.title for step in demo.steps()]
+TITLES = [step.title for step in demo.tour()]
 
 
 @pytest.fixture(scope="module")
@@ -126,9 +127,9 @@ def test_the_cpu_bench_times_only_impls_that_run_on_the_cpu():
 
 
 def test_the_timing_step_passes_quickly_on_a_huge_last_level_cache(monkeypatch):
-    from kernelkit.measure import fingerprint
+    from kernelkit.measure import host
 
-    monkeypatch.setattr(fingerprint, "cpu_caches", lambda: [(2, "Unified", 4 << 20), (3, "Unified", 480 << 20)])
+    monkeypatch.setattr(host, "cpu_caches", lambda: [(2, "Unified", 4 << 20), (3, "Unified", 480 << 20)])
     buffer = io.StringIO()
     began = time.perf_counter()
     outcome = demo_steps.timing_step(demo_steps.DemoContext(Console(file=buffer, width=200), "cpu", 60.0))

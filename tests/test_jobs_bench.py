@@ -84,13 +84,13 @@ def test_warnings_raised_in_the_worker_come_back_in_the_results(report):
 
 def test_a_failed_calibration_is_a_warning_in_every_result_not_a_lost_print(monkeypatch):
     from kernelkit import target
-    from kernelkit.measure import device as device_info
+    from kernelkit.measure import ceilings
     from kernelkit.measure.timer import Settings
 
     def broken(device):
         raise RuntimeError("no ceilings today")
 
-    monkeypatch.setattr(device_info, "calibrate", broken)
+    monkeypatch.setattr(ceilings, "calibrate", broken)
     job = sweep.BenchJob(target.resolve(OPS), "double", (64, 64), "float32", 0,
                          (("eager_add", "impl"), ("eager", "baseline")), Settings(mode="hot", budget=0.05))
     outcome = job.execute("cpu")
@@ -102,10 +102,10 @@ def test_a_failed_calibration_is_a_warning_in_every_result_not_a_lost_print(monk
 
 def test_cold_mode_on_a_huge_last_level_cache_finishes_well_inside_the_job_timeout(monkeypatch):
     from kernelkit import target
-    from kernelkit.measure import fingerprint
+    from kernelkit.measure import host
     from kernelkit.measure.timer import Settings
 
-    monkeypatch.setattr(fingerprint, "cpu_caches", lambda: [(3, "Unified", 480 << 20)])
+    monkeypatch.setattr(host, "cpu_caches", lambda: [(3, "Unified", 480 << 20)])
     contenders = (("eager_add", "impl"), ("eager_warns", "impl"), ("eager", "baseline"))
     job = sweep.BenchJob(target.resolve(OPS), "double", (64, 64), "float32", 0, contenders,
                          Settings(mode="cold", budget=0.2))

@@ -8,7 +8,7 @@ import time
 import pytest
 import torch
 
-from kernelkit.measure import fingerprint, graph, samplers, timer
+from kernelkit.measure import graph, host, samplers, timer
 from kernelkit.measure.graph import GraphSampler, copies_needed, graph_calls
 from kernelkit.measure.samplers import CPU_EVICTION_CAP, FLUSH_FACTOR
 
@@ -19,7 +19,7 @@ HUGE_L3 = 480 << 20  # the last-level cache of the CI machine that timed out: 2x
 def cache_of(monkeypatch):
     """cache_of(nbytes): the CPU's last-level cache reads as ``nbytes`` for the rest of the test."""
     def set_size(nbytes):
-        monkeypatch.setattr(fingerprint, "cpu_caches", lambda: [(1, "Data", 32 << 10), (3, "Unified", nbytes)])
+        monkeypatch.setattr(host, "cpu_caches", lambda: [(1, "Data", 32 << 10), (3, "Unified", nbytes)])
     return set_size
 
 

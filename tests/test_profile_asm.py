@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 
 from kernelkit.backends.cuda.asm import ptx_entry
 from kernelkit.errors import BackendUnavailable, CompileError, LoadError, SpecError
-from kernelkit.profiling.asm import AsmReport, inspect
+from kernelkit.profiling.asm import AsmReport, report_for
 from kernelkit.profiling.sass import SassMemory, memory_ops, parse_ptxas_log, parse_res_usage, split_sass
 
 # nvdisasm -c of ops/square/cuda.cu for sm_90 (NVRTC), trimmed to a few instructions per function.
@@ -203,7 +203,7 @@ def test_cli_cuda_vec4_shows_128_bit_loads_and_stores_then_the_sass(tmp_path):
 
 
 def test_cuda_2d_loads_and_stores_32_bits_at_a_time():
-    report = inspect("square", "cuda_2d", arch="sm_90")
+    report = report_for("square", "cuda_2d", arch="sm_90")
     (kernel,) = report.kernels
     assert kernel.name == "square_2d_kernel" and report.arch == "sm_90"
     assert kernel.memory == SassMemory({32: 1}, {32: 1})
@@ -212,7 +212,7 @@ def test_cuda_2d_loads_and_stores_32_bits_at_a_time():
 
 
 def test_cuda_vec4_float16_launches_its_own_kernel():
-    (kernel,) = inspect("square", "cuda_vec4", dtype="float16").kernels
+    (kernel,) = report_for("square", "cuda_vec4", dtype="float16").kernels
     assert kernel.name == "square_vec4_f16_kernel"
     assert kernel.memory is not None and kernel.memory.global_loads.get(128) and kernel.memory.global_loads.get(16)
 
@@ -224,7 +224,7 @@ def test_cuda_vec4_float16_launches_its_own_kernel():
 def triton_reports() -> dict[str, AsmReport]:
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("TRITON_INTERPRET", "1")  # as in a CPU run: the child must compile all the same
-        return {impl: inspect("square", impl, ir="ptx") for impl in ("triton_flat", "triton_rowwise")}
+        return {impl: report_for("square", impl, ir="ptx") for impl in ("triton_flat", "triton_rowwise")}
 
 
 @pytest.mark.parametrize("impl", ["triton_flat", "triton_rowwise"])
@@ -253,11 +253,11 @@ def test_triton_rowwise_is_vectorized_too(triton_reports):
 
 
 def test_triton_config_picks_an_autotune_config_and_is_checked():
-    (kernel,) = inspect("square", "triton_flat", config=1).kernels
+    (kernel,) = report_for("square", "triton_flat", config=1).kernels
     assert any("autotune config 1 of 4" in d and "BLOCK_SIZE=2048" in d for d in kernel.details)
     assert kernel.memory == SassMemory({128: 4}, {128: 4})
     with pytest.raises(SpecError, match="has 4 configs"):
-        inspect("square", "triton_flat", config=4)
+        report_for("square", "triton_flat", config=4)
 
 
 # ---- what asm cannot show, and bad arguments ---------------------------------------------------------------
@@ -278,7 +278,7 @@ def test_triton_config_picks_an_autotune_config_and_is_checked():
 def test_bad_requests_raise_clear_errors(args, error, message):
     impl = args.pop("impl")
     with pytest.raises(error, match=message):
-        inspect("square", impl, **args)
+        report_for("square", impl, **args)
 
 
 @pytest.mark.parametrize(("impl", "where"), [("triton_syntax_error", r"planted_triton_syntax\.py, line \d+"),
@@ -286,7 +286,7 @@ def test_bad_requests_raise_clear_errors(args, error, message):
 def test_a_kernel_that_does_not_build_is_a_compile_error_at_its_line(impl, where):
     planted = Path(__file__).parent / "planted" / "planted_ops.py"
     with pytest.raises(CompileError, match=where):
-        inspect(str(planted), impl, op_name="planted")
+        report_for(str(planted), impl, op_name="planted")
 
 
 @pytest.mark.parametrize(("impl", "message"), [("fast", "has no impl 'fast'"), ("numba_2d", "not support Numba")])

@@ -19,7 +19,7 @@ from kernelkit.report.html import RunData, load_run, render_report, write_report
 from kernelkit.report.html_plots import roofline_points
 from kernelkit.report.html_tables import repro_command
 from kernelkit.results import Status
-from kernelkit.store import CaseChange, Comparison, EnvDiff, RunInfo, Store
+from kernelkit.store import CaseChange, EnvDiff, RunComparison, RunInfo, Store
 from pagekit import Node, parse
 
 H100 = "NVIDIA H100 80GB HBM3"
@@ -101,7 +101,7 @@ def info(run: RunData) -> RunInfo:
                    "", "cold", run.env)
 
 
-def fake_comparison(run: RunData) -> Comparison:
+def fake_comparison(run: RunData) -> RunComparison:
     """Run 6 against ``run``: one case faster, one slower, the rest the same, one only in A; the driver differs."""
     other = fake_run(id=6, env={**ENV, "driver_version": "575.10"})
     changes = []
@@ -112,7 +112,7 @@ def fake_comparison(run: RunData) -> Comparison:
                                   "PASSED", med * ratio.value, med, ratio, ratio.verdict))
     changes.append(CaseChange("square/old_impl/256x256/float32", "square", "old_impl", "256x256", "float32", "cold",
                               "PASSED", None, 1e-5, None, None, None, "only in A"))
-    return Comparison(info(other), info(run), changes, [EnvDiff("driver_version", "575.10", "580.65")])
+    return RunComparison(info(other), info(run), changes, [EnvDiff("driver_version", "575.10", "580.65")])
 
 
 def results_rows(root: Node) -> list[dict[str, Node]]:

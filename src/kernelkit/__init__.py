@@ -19,16 +19,16 @@ The public API is small::
 
 from kernelkit.backends.compiled import compile_seconds
 from kernelkit.backends.cuda import CudaKernel, InlineExtension, cuda_kernel, load_inline
-from kernelkit.codegen import GeneratedCode, codegen
 from kernelkit.doctor import DoctorReport, doctor
 from kernelkit.errors import BackendUnavailable, CompileError, KernelkitError, LaunchError, LoadError, SpecError
 from kernelkit.jobs.bench import SweepReport, bench_op
-from kernelkit.measure.device import Ceilings, calibrate
+from kernelkit.measure.ceilings import Ceilings, calibrate
 from kernelkit.measure.measurement import BenchResult, Measurement
 from kernelkit.measure.timer import bench
 from kernelkit.profiling import nvtx
 from kernelkit.profiling.asm import AsmReport
-from kernelkit.profiling.asm import inspect as asm
+from kernelkit.profiling.asm import report_for as asm
+from kernelkit.profiling.codegen import GeneratedCode, codegen
 from kernelkit.profiling.ncu import NcuReport
 from kernelkit.profiling.ncu import run_ncu as ncu
 from kernelkit.profiling.torch_profiler import ProfileResult, profile

@@ -25,10 +25,14 @@ import torch
 from kernelkit import backends
 from kernelkit.errors import SpecError
 
-# Impls every op has without registering them, derived from its reference by the backend of the same name (see
-# backends/compiled.py). They run when named (--impl compile); an impl the user registers under the same name
-# replaces the derived one.
-BASELINES = ("compile",)
+# The baselines every impl is compared with, each derived from the op's reference by the backend of the same name:
+# eager, the reference as written (backends/eager.py), and compile, torch.compile of it (backends/compiled.py). An
+# impl the op registers under one of these names replaces the derived one. A benchmark times both beside the
+# impls and reports each impl's speedup over each.
+BASELINES = ("eager", "compile")
+# The baselines an op lists among its impls (op.all_impls(), ``--impl compile`` in a check): the derived eager one
+# is the reference itself, which a check would only compare with itself.
+LISTED_BASELINES = ("compile",)
 
 # Per-dtype floor of the tolerance: (atol, rtol). An element passes when it is within this floor plus twice
 # the reference's own low-precision error (see verify.py). The floors are PyTorch's assert_close defaults.
@@ -147,7 +151,7 @@ class Op:
 
         They run when named (``--impl compile``); built lazily because torch.compile is heavy to import.
         """
-        derived = {name: backends.baseline_impl(name, self) for name in BASELINES if name not in self.impls}
+        derived = {name: backends.baseline_impl(name, self) for name in LISTED_BASELINES if name not in self.impls}
         return {name: impl for name, impl in derived.items() if impl is not None}
 
     def all_impls(self) -> dict[str, Impl]:

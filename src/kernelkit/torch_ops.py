@@ -32,7 +32,7 @@ from typing import Any
 import torch
 
 from kernelkit.errors import SpecError
-from kernelkit.spec import BASELINES, Backward, Impl, Op
+from kernelkit.spec import LISTED_BASELINES, Backward, Impl, Op
 from kernelkit.target import open_target
 
 NAMESPACE = "kernelkit"
@@ -98,7 +98,7 @@ def schema_of(op: Op) -> str:
 
 
 def _impl(op: Op, name: str) -> Impl:
-    if name in BASELINES and name not in op.impls:
+    if name in LISTED_BASELINES and name not in op.impls:
         raise SpecError(
             f"{name!r} is torch.compile of the reference itself: call the reference in your model and compile the "
             "model; torch_op wraps a kernel impl"

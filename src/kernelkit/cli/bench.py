@@ -132,7 +132,7 @@ def calibrate_command(
     force: Annotated[bool, typer.Option(help="Measure again even when cached.")] = False,
 ) -> None:
     """Measure the device's ceilings once: copy bandwidth and dense matmul rates (cached per GPU, driver, torch)."""
-    from kernelkit.measure.device import calibrate
+    from kernelkit.measure.ceilings import calibrate
     from kernelkit.report.bench_table import ceilings_table
     from kernelkit.target import resolve_device
 

@@ -123,11 +123,11 @@ def asm_command(
     Needs no GPU: Triton and CUDA C++ kernels are compiled for --arch here. Every listing is saved to --out.
     Exit code: 0 when shown, 1 when a kernel failed to compile, 2 for bad arguments or an impl asm cannot show.
     """
-    from kernelkit.profiling.asm import DEFAULT_OUT_DIR, inspect
+    from kernelkit.profiling.asm import DEFAULT_OUT_DIR, report_for
     from kernelkit.report.profile_table import print_asm_summary
 
     try:
-        report = inspect(target, impl, ir=ir or "sass", arch=arch, size=size, dtype=dtype, config=config,
+        report = report_for(target, impl, ir=ir or "sass", arch=arch, size=size, dtype=dtype, config=config,
                          op_name=op_name)
         paths = report.save(out_dir or DEFAULT_OUT_DIR)
     except CompileError as exc:
@@ -156,7 +156,7 @@ def codegen_command(
     The same code TORCH_LOGS=output_code shows, for one case (size x dtype). Saved as <op>_<size>_<dtype>.py.
     Exit code: 0 when saved, 1 when the compile failed, 2 for bad arguments.
     """
-    from kernelkit.codegen import DEFAULT_OUT_DIR, codegen
+    from kernelkit.profiling.codegen import DEFAULT_OUT_DIR, codegen
 
     try:
         generated = codegen(target, size, dtype, device, mode=compile_mode, op_name=op_name)

@@ -32,13 +32,13 @@ def doctor(device: str | None = None, *, ncu: bool = True, budget: float | None 
     ncu: cross-check with Nsight Compute when it is there. budget: seconds of sampling per kernel and mode
     (default 1 on a GPU, 0.5 on the CPU). bench and ncu_time replace the timer and the ncu run (tests).
     """
-    from kernelkit.measure import fingerprint
+    from kernelkit.measure import host
     from kernelkit.measure.timer import bench as timer_bench
     from kernelkit.target import resolve_device
 
     started = time.perf_counter()
     dev = resolve_device(device)
-    report = DoctorReport(dev, fingerprint.device_name(dev))
+    report = DoctorReport(dev, host.device_name(dev))
     report.checks.extend(machine.cpu_checks(dev))
     if dev == "cuda":
         report.checks.extend(_gpu_checks())

@@ -22,14 +22,14 @@ BUSY_LOAD = 0.75  # a 1-minute load average above this many runnable tasks per c
 
 def cpu_checks(device: str) -> list[Check]:
     """The host CPU (model, cores, caches, vector ISA), its load, and on a CPU-only run how cold mode evicts."""
-    from kernelkit.measure import fingerprint, samplers
+    from kernelkit.measure import host, samplers
 
     caches = ", ".join(f"L{level}{'d' if kind == 'Data' else 'i' if kind == 'Instruction' else ''} {_size(size)}"
-                       for level, kind, size in fingerprint.cpu_caches()) or "unknown (no /sys cache info)"
+                       for level, kind, size in host.cpu_caches()) or "unknown (no /sys cache info)"
     flags = _cpu_flags()
     isa = ", ".join(f for f in VECTOR_FLAGS if f in flags) or "unknown"
     cores = os.cpu_count() or 0
-    checks = [Check("CPU", "info", f"{fingerprint.cpu_model()}, {cores} cores ({torch.get_num_threads()} torch "
+    checks = [Check("CPU", "info", f"{host.cpu_model()}, {cores} cores ({torch.get_num_threads()} torch "
                                    f"threads), {platform.machine()}; caches: {caches}; vector ISA: {isa}")]
     load = _load_average()
     if load is not None and cores:
@@ -38,7 +38,7 @@ def cpu_checks(device: str) -> list[Check]:
                             f"1-minute load {load:.1f} on {cores} cores" + (": other work shares the CPU, so CPU "
                             "timings (and the launch path of GPU ones) will be noisy" if busy else "")))
     if device == "cpu":
-        llc = fingerprint.l2_bytes("cpu")
+        llc = host.l2_bytes("cpu")
         read = samplers.eviction_bytes(llc, "cpu")
         note = samplers.eviction_note(llc, "cpu")
         checks.append(Check("cold mode", "warn" if note else "ok",
@@ -127,7 +127,7 @@ def _num(value: float) -> str:
 
 def ceilings_check(device: str) -> Check:
     """The cached ceilings (calibrated once per device, driver and torch); measuring them is `kernelkit calibrate`."""
-    from kernelkit.measure.device import load_cached
+    from kernelkit.measure.ceilings import load_cached
 
     ceilings = load_cached(device)
     if ceilings is None:

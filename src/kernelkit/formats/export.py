@@ -24,7 +24,7 @@ import torch
 from kernelkit import verify
 from kernelkit.errors import LoadError, SpecError
 from kernelkit.ops import BUILTIN_OPS
-from kernelkit.spec import BASELINES, Op, Size, dtype_name
+from kernelkit.spec import LISTED_BASELINES, Op, Size, dtype_name
 from kernelkit.target import open_target
 
 ExportFormat = Literal["gpumode", "kernelbench"]
@@ -83,7 +83,7 @@ def export_submission(op: Op, impl: str, format: ExportFormat, path: str | Path,
                       *, target: str | None = None) -> Path:  # noqa: A002 - the format's name, as the CLI spells it
     """Write a KernelBench solution (ModelNew) or a GPU MODE submission (custom_kernel) that runs ``impl``."""
     _check_format(format)
-    if impl not in op.impls and impl not in BASELINES:
+    if impl not in op.impls and impl not in LISTED_BASELINES:
         _unknown_impl(op, impl)
     where = locate(op, target)
     head = f"impl {impl!r} of op {op.name!r} ({where})"

@@ -33,10 +33,9 @@ from kernelkit.measure.measurement import BenchResult
 from kernelkit.measure.stats import speedup
 from kernelkit.measure.timer import Contender, MeasureFailure, Settings
 from kernelkit.results import CaseResult, Status
-from kernelkit.spec import Case, Impl, Op, Size, dtype_name, parse_dtype
+from kernelkit.spec import BASELINES, Case, Impl, Op, Size, dtype_name, parse_dtype
 from kernelkit.target import load, make_cases, open_target
 
-BASELINES = ("eager", "compile")  # eager: the reference as written; compile: torch.compile of it
 JOB_SLACK = 60.0  # seconds on top of the timing budget for one job: warm-up, probes, the final checks
 PER_CONTENDER_SLACK = 5.0
 
@@ -144,9 +143,9 @@ class BenchJob:
                 result.status, result.message = Status.RUNTIME_ERROR, describe_exception(m.error)
                 continue
             if ceilings is not None:
-                from kernelkit.measure import device as device_info
+                from kernelkit.measure import ceilings as device_ceilings
 
-                m.ceiling = device_info.ceiling_for(nbytes, flops, m.median, self.dtype, ceilings)
+                m.ceiling = device_ceilings.ceiling_for(nbytes, flops, m.median, self.dtype, ceilings)
             result.measurement = m
             verdict = _recheck(last[0], refs, los, atol, rtol)
             if verdict is not None:
@@ -212,10 +211,10 @@ def _speedups(results: list[BenchResult]) -> None:
 def _ceilings(device: str, notices: list[str]) -> Any:
     """The device's calibrated ceilings (measured once, then cached on disk); None, and a notice, when calibration
     fails."""
-    from kernelkit.measure import device as device_info
+    from kernelkit.measure import ceilings as device_ceilings
 
     try:
-        return device_info.calibrate(device)
+        return device_ceilings.calibrate(device)
     except Exception as exc:  # noqa: BLE001 - a result without % of ceiling beats no result
         notices.append(f"calibration failed, results carry no % of ceiling: {describe_exception(exc)}")
         return None
@@ -252,7 +251,7 @@ def bench_op(
     report = SweepReport(device=dev, mode=mode)
     groups = plan_groups(source, ops, dev, impls, sizes, dtypes, baselines)
     if store is not None:
-        from kernelkit.measure.fingerprint import fingerprint
+        from kernelkit.measure.host import fingerprint
 
         report.env = fingerprint(source if source.endswith(".py") else None)
         report.run_id = store.begin_run(command, report.env, op=",".join(o.name for o in ops), mode=mode, device=dev)

@@ -35,8 +35,7 @@ class Environment:
 
     @classmethod
     def open(cls, device: str, mode: str, graph_warm: bool = False) -> Environment:
-        from kernelkit.measure import clocks
-        from kernelkit.measure import fingerprint as host
+        from kernelkit.measure import clocks, host
 
         if device == "cuda":
             if not torch.cuda.is_available():

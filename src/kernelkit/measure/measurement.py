@@ -18,7 +18,7 @@ SUSPECT_PCT = 105.0  # above this % of a measured ceiling the kernel skipped wor
 
 @dataclass
 class Ceiling:
-    """A result's rates against the device's measured ceilings (see measure.device.calibrate)."""
+    """A result's rates against the device's measured ceilings (see measure.ceilings.calibrate)."""
 
     bandwidth_gbps: float | None = None  # the calibrated device copy bandwidth (read + write)
     tflops: float | None = None  # the calibrated dense-matmul rate for the case's dtype

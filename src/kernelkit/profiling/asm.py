@@ -1,6 +1,6 @@
 """What a kernel compiles to: Triton's IRs, PTX and SASS for a GPU target, after a summary of what matters most.
 
-    report = kernelkit.profiling.asm.inspect("square", "cuda_vec4")     # no GPU needed
+    report = kernelkit.profiling.asm.report_for("square", "cuda_vec4")     # no GPU needed
     print(report.listing("sass"))
 
 The impl's backend compiles the kernels one call launches for the case (``Backend.asm``: Triton's as they launch,
@@ -67,9 +67,9 @@ class AsmReport:
 # ---- the API and the command ---------------------------------------------------------------------------------
 
 
-def inspect(target: str, impl: str, *, ir: str = "sass", arch: str | None = None, size: Size | str | None = None,
-            dtype: torch.dtype | str | None = None, config: int | None = None, op_name: str | None = None
-            ) -> AsmReport:
+def report_for(target: str, impl: str, *, ir: str = "sass", arch: str | None = None,
+               size: Size | str | None = None, dtype: torch.dtype | str | None = None, config: int | None = None,
+               op_name: str | None = None) -> AsmReport:
     """Compile the kernels ``impl`` of ``target`` (a built-in op name or a .py file) launches, for ``arch``.
 
     No GPU is needed. size: default the op's first GPU size (the code may depend on it: block sizes, i32 or i64

@@ -18,12 +18,12 @@ from kernelkit.measure.measurement import SUSPECT_PCT, BenchResult, Measurement
 from kernelkit.measure.stats import NOISY_IQR, Ratio
 from kernelkit.report.check_table import status_text, worker_warning_lines
 from kernelkit.results import Status
+from kernelkit.spec import BASELINES
 
 if TYPE_CHECKING:
-    from kernelkit.measure.device import Ceilings
+    from kernelkit.measure.ceilings import Ceilings
 
 LOW_CLOCKS = 0.9  # median SM clock under this fraction of the maximum: the GPU was throttled or idling down
-VS_BASELINES = ("eager", "compile")
 _UNITS = (("ns", 1e9), ("µs", 1e6), ("ms", 1e3))
 
 
@@ -45,7 +45,7 @@ def bench_table(results: Sequence[BenchResult], *, title: str = "", show_ci: boo
     """
     show_op = len({r.op for r in results}) > 1
     show_tflops = any(r.measurement and r.measurement.flops for r in results)
-    vs = [name for name in VS_BASELINES if any(name in r.speedups for r in results)]
+    vs = [name for name in BASELINES if any(name in r.speedups for r in results)]
     show_message = any(r.status is not Status.PASSED for r in results)
     table = Table(title=title or None, title_justify="left", caption=caption(results), caption_justify="left")
     columns = [*(["op"] if show_op else []), "impl", "size", "dtype", "median", "p20-p80", "n", "GB/s",

@@ -14,15 +14,16 @@ from pathlib import Path
 from typing import Any
 
 from kernelkit.measure.measurement import BenchResult
+from kernelkit.spec import BASELINES
 
 SCHEMA = "kernelkit.bench/1"
-SPEEDUP_BASELINES = ("eager", "compile")  # the baselines with their own CSV columns; every speedup is in the JSON
 
+# Each baseline (spec.BASELINES) has its own speedup columns; every speedup is in the JSON.
 CSV_COLUMNS = (
     "case", "op", "impl", "role", "size", "dtype", "device", "mode", "status",
     "n", "median_s", "mean_s", "min_s", "p20_s", "p80_s", "stdev_s", "iqr_rel", "rse",
     "gbps", "tflops", "pct_bandwidth", "pct_flops", "suspect",
-    *(f"{column}{name}" for name in SPEEDUP_BASELINES
+    *(f"{column}{name}" for name in BASELINES
       for column in ("speedup_vs_", "ci_low_vs_", "ci_high_vs_", "verdict_vs_")),
     "stop_reason", "first_call_s", "dropped", "clock_scaling", "message",
 )
@@ -65,7 +66,7 @@ def csv_row(result: BenchResult) -> dict[str, Any]:
     row.update(case=result.case_id, op=result.op, impl=result.impl, role=result.role,
                size="x".join(map(str, result.size)), dtype=result.dtype, device=result.device, mode=result.mode,
                status=result.status.value, message=result.message)
-    for name in SPEEDUP_BASELINES:
+    for name in BASELINES:
         ratio = result.speedups.get(name)
         if ratio is not None:
             row[f"speedup_vs_{name}"], row[f"verdict_vs_{name}"] = ratio.value, ratio.verdict

@@ -12,7 +12,7 @@ linked, and a Content-Security-Policy forbids the browser any fetch. Without the
 tooltips, tables in their default order). Raw samples stay out: each case brings its median and p20/p80 only,
 so a full built-in sweep (hundreds of cases) stays well under 5 MB.
 
-render_report() is a pure function of plain data (RunData, and a store.Comparison for the diff);
+render_report() is a pure function of plain data (RunData, and a store.RunComparison for the diff);
 write_report() is the thin adapter that reads both from a results store.
 """
 
@@ -28,7 +28,7 @@ from kernelkit.report.bench_table import caption
 from kernelkit.report.html_assets import CSS, JS
 from kernelkit.report.html_plots import plain, rate_plots, roofline_plots
 from kernelkit.report.html_tables import diff_section, env_table, results_table, status_section
-from kernelkit.store import Comparison, Store
+from kernelkit.store import RunComparison, Store
 from kernelkit.store import compare as compare_runs
 
 # Everything inline, nothing fetched: not a script, a style sheet, a font, an image, nor a connection.
@@ -68,7 +68,7 @@ def write_report(store: Store, run_ref: str | int = "latest", compare_ref: str |
     return path
 
 
-def render_report(run: RunData, compare: Comparison | None = None) -> str:
+def render_report(run: RunData, compare: RunComparison | None = None) -> str:
     """The page of ``run``, as one HTML document; ``compare`` (store.compare(A, this run)) adds the diff."""
     results = run.results
     sections = [

@@ -16,7 +16,6 @@ from typing import Any
 from kernelkit.measure.measurement import BenchResult
 from kernelkit.measure.stats import Ratio
 from kernelkit.report.bench_table import (
-    VS_BASELINES,
     baseline_impls,
     ceiling_text,
     format_time,
@@ -26,7 +25,8 @@ from kernelkit.report.bench_table import (
 )
 from kernelkit.report.html_plots import attr, plain
 from kernelkit.results import Status
-from kernelkit.store import CaseChange, Comparison
+from kernelkit.spec import BASELINES
+from kernelkit.store import CaseChange, RunComparison
 
 MESSAGE_LIMIT = 4000  # characters of one failure message kept on the page: a long traceback's end says enough
 LOG_LINES = 20  # lines of a failed worker's output kept
@@ -84,7 +84,7 @@ def results_table(results: Sequence[BenchResult], run_command: str) -> str:
             for r in ordered_results(results, baselines)]
     hidden = {name for name, values in (("op", {r.op for r in results}), ("mode", {r.mode for r in results}))
               if len(values) < 2}
-    hidden |= {f"vs {b}" for b in VS_BASELINES if not any(b in r.speedups for r in results)}
+    hidden |= {f"vs {b}" for b in BASELINES if not any(b in r.speedups for r in results)}
     columns = [c for c in (rows[0] if rows else {"impl": ""}) if c not in hidden]
     body = ("<tr>" + "".join(row[c] for c in columns) + "</tr>" for row in rows)
     return table("results-table", columns, body, filter_hint="filter rows: e.g. softmax float16 triton")
@@ -114,7 +114,7 @@ def _result_cells(r: BenchResult, baseline: bool, repro: str) -> dict[str, str]:
         "GB/s": cell(rate_text(gbps), gbps, "num"),
         "TFLOP/s": cell(rate_text(tflops), tflops, "num"),
         "% of ceiling": cell(pct, max(pcts) if pcts else None, "num suspect" if pct.startswith("SUSPECT") else "num"),
-        **{f"vs {b}": speedup_cell(r.speedups.get(b)) for b in VS_BASELINES},
+        **{f"vs {b}": speedup_cell(r.speedups.get(b)) for b in BASELINES},
         "notes": clipped(notes_text(m) if m else r.message),
         "repro": f'<td class="clip wide" title="{attr(repro)}"><code class="repro">{escape(repro)}</code></td>',
     }
@@ -230,7 +230,7 @@ def _value(v: Any) -> str:
 # --- diff ---
 
 
-def diff_section(comparison: Comparison) -> str:
+def diff_section(comparison: RunComparison) -> str:
     """This run (B) against the other (A): verdict counts, the environment keys that differ, and every case."""
     a, b = comparison.run_a, comparison.run_b
     verdicts = collections.Counter(c.verdict or "not compared" for c in comparison.changes)

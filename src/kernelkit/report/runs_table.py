@@ -13,7 +13,7 @@ from rich.table import Table
 from kernelkit.report.bench_table import format_time
 
 if TYPE_CHECKING:
-    from kernelkit.store import Comparison, RunInfo
+    from kernelkit.store import RunComparison, RunInfo
 
 VERDICT_STYLES = {"faster": "green", "slower": "red", "same": "dim"}
 
@@ -29,7 +29,7 @@ def runs_table(runs: Sequence[RunInfo], path: Path | str) -> Table:
     return table
 
 
-def print_comparison(console: Console, result: Comparison) -> None:
+def print_comparison(console: Console, result: RunComparison) -> None:
     """Per-case change from run A to run B (A/B > 1: B is faster), then the environment keys that differ."""
     table = Table(title=f"run {result.run_a.id} -> run {result.run_b.id} (A/B > 1: B is faster)",
                   title_justify="left")

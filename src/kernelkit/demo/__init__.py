@@ -1,7 +1,7 @@
 """`kernelkit demo`: the guided tour of the loop (time, check, bench, profile, asm, ncu) on square and softmax.
 
 Each step prints a heading, the lesson in a sentence or two, then the evidence from the library. A step that
-breaks is reported in red and the tour goes on; the steps themselves live in ``demo_steps``.
+breaks is reported in red and the tour goes on; the steps themselves live in steps.py.
 """
 
 from __future__ import annotations
@@ -16,8 +16,9 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from kernelkit import demo_steps, runner
-from kernelkit.demo_steps import DemoContext, Outcome
+from kernelkit import runner
+from kernelkit.demo import steps as demo_steps
+from kernelkit.demo.steps import DemoContext, Outcome
 from kernelkit.errors import describe_exception
 from kernelkit.target import resolve_device
 
@@ -46,7 +47,7 @@ class Step:
     run: Callable[[DemoContext], Outcome]
 
 
-def steps() -> list[Step]:
+def tour() -> list[Step]:
     """The steps in order (built at call time, so a test can replace one step's function)."""
     return [
         Step("Timing: the wrong way and the right way",
@@ -94,7 +95,7 @@ def run_demo(
     _print_header(ctx)
     outcomes: list[tuple[str, Outcome, float]] = []
     interrupted = False
-    for number, step in enumerate(steps(), 1):
+    for number, step in enumerate(tour(), 1):
         console.print()
         console.rule(f"[bold]{number}. {escape(step.title)}", align="left")
         console.print(step.lesson, highlight=False)
@@ -117,11 +118,11 @@ def run_demo(
 
 
 def _print_header(ctx: DemoContext) -> None:
-    from kernelkit.measure import fingerprint as device_info
+    from kernelkit.measure import host
 
     ctx.console.rule("[bold]kernelkit demo")
     ctx.console.print(
-        f"device: {ctx.device} ({escape(device_info.device_name(ctx.device))}); torch {torch.__version__}"
+        f"device: {ctx.device} ({escape(host.device_name(ctx.device))}); torch {torch.__version__}"
         f"{'; quick: fewer sizes and dtypes' if ctx.quick else ''}", highlight=False)
     ctx.console.print(
         "The loop on two built-in ops, square (elementwise) and softmax (a row reduction): time a kernel correctly, "

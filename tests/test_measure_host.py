@@ -1,4 +1,5 @@
-"""measure.clocks and measure.device on the CPU: fingerprint, git state, ceilings cache and math, clock readings.
+"""measure.clocks, measure.host and measure.ceilings on the CPU: fingerprint, git state, ceilings cache and math,
+clock readings.
 
 The timer is replaced by fakes passed as ``calibrate(bench=...)``, so these tests neither wait on nor depend on
 kernelkit.measure.timer; one test runs the real timer where it exists. NVML is replaced by a fake ``pynvml``.
@@ -18,11 +19,10 @@ import pytest
 import torch
 
 from kernelkit.errors import BackendUnavailable
-from kernelkit.measure import clocks, device
-from kernelkit.measure import fingerprint as host
+from kernelkit.measure import ceilings, clocks, host
+from kernelkit.measure.ceilings import Ceilings, calibrate, ceiling_for, load_cached
 from kernelkit.measure.clocks import CLOCK_FLOOR, ClockReader, keep_sample, reason_names
-from kernelkit.measure.device import Ceilings, calibrate, ceiling_for, load_cached
-from kernelkit.measure.fingerprint import fingerprint, git_state
+from kernelkit.measure.host import fingerprint, git_state
 from kernelkit.measure.measurement import Measurement
 
 ON_CPU = not torch.cuda.is_available()
@@ -283,8 +283,8 @@ def test_ceilings_round_trip_through_json():
 @pytest.fixture
 def small_cpu_sizes(monkeypatch: pytest.MonkeyPatch) -> None:
     """Tiny CPU calibration buffers: the fake timers below never need the real 256 MiB copy and 2048^3 matmul."""
-    monkeypatch.setattr(device, "CPU_COPY_BYTES", 1 << 20)
-    monkeypatch.setattr(device, "CPU_MATMUL_N", 64)
+    monkeypatch.setattr(ceilings, "CPU_COPY_BYTES", 1 << 20)
+    monkeypatch.setattr(ceilings, "CPU_MATMUL_N", 64)
 
 
 def test_calibrate_cpu_measures_then_reads_the_cache(fresh_cache, small_cpu_sizes):
@@ -293,8 +293,8 @@ def test_calibrate_cpu_measures_then_reads_the_cache(fresh_cache, small_cpu_size
     assert [c["label"] for c in calls] == ["ceiling: copy", "ceiling: fp32 matmul"]
     assert all(c["mode"] == "hot" for c in calls)
     assert first.device == "cpu" and first.device_name.startswith("CPU: ")
-    assert first.copy_gbps == pytest.approx(2 * device.CPU_COPY_BYTES / 1e-3 / 1e9)
-    assert first.matmul_tflops == {"fp32": pytest.approx(2 * device.CPU_MATMUL_N**3 / 1e-3 / 1e12)}
+    assert first.copy_gbps == pytest.approx(2 * ceilings.CPU_COPY_BYTES / 1e-3 / 1e9)
+    assert first.matmul_tflops == {"fp32": pytest.approx(2 * ceilings.CPU_MATMUL_N**3 / 1e-3 / 1e12)}
     assert first.notes["copy"]["n"] == 5 and first.notes["copy"]["mode"] == "hot"
     assert "skipped" in first.notes["bf16"]
     assert (fresh_cache / "ceilings" / f"{first.key}.json").is_file()
@@ -311,27 +311,27 @@ def test_calibrate_force_measures_again(fresh_cache, small_cpu_sizes):
     forced = calibrate("cpu", force=True, bench=fake_bench(calls, seconds=2e-3))
     assert len(calls) == 4
     assert load_cached("cpu") == forced
-    assert forced.copy_gbps == pytest.approx(2 * device.CPU_COPY_BYTES / 2e-3 / 1e9)
+    assert forced.copy_gbps == pytest.approx(2 * ceilings.CPU_COPY_BYTES / 2e-3 / 1e9)
 
 
 @pytest.mark.parametrize("content", ["{not json", "[]", '{"format": 999}', '{"format": 1, "key": "x"}'])
 def test_unreadable_cache_file_is_measured_again(fresh_cache, small_cpu_sizes, content):
-    path = fresh_cache / "ceilings" / f"{device.cache_key('cpu')}.json"
+    path = fresh_cache / "ceilings" / f"{ceilings.cache_key('cpu')}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(content)
     assert load_cached("cpu") is None
     calls: list[dict] = []
-    ceilings = calibrate("cpu", bench=fake_bench(calls))
+    measured = calibrate("cpu", bench=fake_bench(calls))
     assert len(calls) == 2
-    assert Ceilings.from_dict(json.loads(path.read_text())) == ceilings  # overwritten with good data
+    assert Ceilings.from_dict(json.loads(path.read_text())) == measured  # overwritten with good data
 
 
 def test_cache_key_names_device_and_torch_and_is_a_safe_file_name():
-    key = device.cache_key("cpu")
+    key = ceilings.cache_key("cpu")
     assert key.startswith("CPU-") and key.endswith(f"_torch-{torch.__version__}")
     assert f"-{torch.get_num_threads()}threads_" in key
     assert all(ch.isalnum() or ch in "._+-" for ch in key)
-    assert device._slug("NVIDIA H100 80GB HBM3") == "NVIDIA-H100-80GB-HBM3"
+    assert ceilings._slug("NVIDIA H100 80GB HBM3") == "NVIDIA-H100-80GB-HBM3"
 
 
 def test_calibrate_cpu_runs_copy_and_matmul_on_real_tensors(fresh_cache, small_cpu_sizes):
@@ -354,7 +354,7 @@ def test_calibrate_cuda_without_a_gpu_says_so(fresh_cache):
 def test_tf32_flag_is_restored():
     flags = torch.backends.cuda.matmul
     before = flags.allow_tf32
-    with device._tf32_matmul(not before):
+    with ceilings._tf32_matmul(not before):
         assert flags.allow_tf32 is (not before)
     assert flags.allow_tf32 is before
 
@@ -369,7 +369,7 @@ def test_tf32_flag_uses_the_new_api_when_the_legacy_flag_cannot_be_read(monkeypa
 
     flags = MixedFlags()
     monkeypatch.setattr(torch.backends.cuda, "matmul", flags)
-    with device._tf32_matmul(False):
+    with ceilings._tf32_matmul(False):
         assert flags.fp32_precision == "ieee"
     assert flags.fp32_precision == "none"
 
@@ -385,10 +385,10 @@ def test_calibrate_uses_timer_bench_by_default(fresh_cache, small_cpu_sizes, mon
 def test_calibrate_cpu_for_real_with_a_small_budget(fresh_cache):
     pytest.importorskip("kernelkit.measure.timer")
     start = time.perf_counter()
-    ceilings = calibrate("cpu", budget=0.3)
+    measured = calibrate("cpu", budget=0.3)
     elapsed = time.perf_counter() - start
-    assert ceilings.copy_gbps > 0 and ceilings.matmul_tflops["fp32"] > 0
-    assert ceilings.notes["copy"]["mode"] == "hot" and ceilings.notes["copy"]["n"] >= 1
+    assert measured.copy_gbps > 0 and measured.matmul_tflops["fp32"] > 0
+    assert measured.notes["copy"]["mode"] == "hot" and measured.notes["copy"]["n"] >= 1
     assert elapsed < 10, f"CPU calibration took {elapsed:.1f} s"
 
 
@@ -413,12 +413,12 @@ def test_fingerprint_and_clocks_on_a_gpu():
 @pytest.mark.slow
 def test_calibrate_on_a_gpu(fresh_cache):
     before = torch.backends.cuda.matmul.allow_tf32
-    ceilings = calibrate("cuda", budget=0.5)
+    measured = calibrate("cuda", budget=0.5)
     assert torch.backends.cuda.matmul.allow_tf32 == before
-    assert ceilings.device == "cuda" and ceilings.device_name == torch.cuda.get_device_name()
-    assert ceilings.copy_gbps > 100
-    assert {"fp32", "tf32", "bf16", "fp16"} <= set(ceilings.matmul_tflops)
+    assert measured.device == "cuda" and measured.device_name == torch.cuda.get_device_name()
+    assert measured.copy_gbps > 100
+    assert {"fp32", "tf32", "bf16", "fp16"} <= set(measured.matmul_tflops)
     if torch.cuda.get_device_capability() >= (8, 0):  # tensor cores: half precision and TF32 beat plain fp32
-        assert ceilings.matmul_tflops["bf16"] > ceilings.matmul_tflops["tf32"] > ceilings.matmul_tflops["fp32"]
-    assert ("fp8" in ceilings.matmul_tflops) != ("skipped" in ceilings.notes["fp8"])
-    assert load_cached("cuda") == ceilings
+        assert measured.matmul_tflops["bf16"] > measured.matmul_tflops["tf32"] > measured.matmul_tflops["fp32"]
+    assert ("fp8" in measured.matmul_tflops) != ("skipped" in measured.notes["fp8"])
+    assert load_cached("cuda") == measured

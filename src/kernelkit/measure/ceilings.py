@@ -1,4 +1,4 @@
-"""The ceilings of the device a measurement ran on (its fingerprint is in fingerprint.py).
+"""The ceilings of the device a measurement ran on (its host fingerprint is in host.py).
 
 Ceilings are measured here, not copied from data sheets: the device-to-device copy bandwidth (read + write) and the
 dense-matmul rate of each dtype, each timed by the timing engine in hot mode. Measuring takes ~15 s on a GPU, so
@@ -23,7 +23,7 @@ import torch
 from kernelkit.cache import cache_dir, write_atomic
 from kernelkit.errors import BackendUnavailable
 from kernelkit.measure.clocks import ClockReader
-from kernelkit.measure.fingerprint import cpu_model, device_name, driver_version_without_nvml, l2_bytes
+from kernelkit.measure.host import cpu_model, device_name, driver_version_without_nvml, l2_bytes
 from kernelkit.measure.measurement import Ceiling, Measurement
 
 Bench = Callable[..., Measurement]  # the signature of kernelkit.measure.timer.bench

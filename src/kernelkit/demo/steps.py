@@ -100,9 +100,9 @@ def timing_step(ctx: DemoContext) -> Outcome:
 
 
 def _timing_title(ctx: DemoContext, label: str) -> str:
-    from kernelkit.measure import fingerprint as device_info
+    from kernelkit.measure import host
 
-    where = device_info.device_name(ctx.device)
+    where = host.device_name(ctx.device)
     prefix = "" if ctx.gpu else "CPU timings (not GPU performance): "
     return f"{prefix}{label} on {escape(where)}"
 
@@ -218,7 +218,7 @@ def bench_impls(op_name: str, device: str) -> list[str]:
     """Every impl on a GPU (an empty list: all); on the CPU those whose backend runs there (no CUDA C++). The
     baselines (eager, compile) come with every sweep, so they are not named (naming one would time it alone)."""
     from kernelkit import backends
-    from kernelkit.jobs.bench import BASELINES
+    from kernelkit.spec import BASELINES
     from kernelkit.target import open_target
 
     if device == "cuda":
@@ -332,11 +332,11 @@ def profile_step(ctx: DemoContext) -> Outcome:
 
 def asm_step(ctx: DemoContext) -> Outcome:
     """kk.asm of square's cuda_vec4 and the summary the `asm` command prints, then what it says."""
-    from kernelkit.profiling.asm import inspect
+    from kernelkit.profiling.asm import report_for
     from kernelkit.profiling.sass import SassMemory
     from kernelkit.report.profile_table import print_asm_summary
 
-    report = inspect("square", "cuda_vec4")
+    report = report_for("square", "cuda_vec4")
     print_asm_summary(ctx.console, report)
     notes = []
     for k in report.kernels:
