@@ -15,6 +15,34 @@ The public API is small::
     m = kk.bench(torch.square, x)             # any callable: cold-L2 median with spread, n, how it stopped
     sweep = kk.bench_op("square")             # every impl vs eager and torch.compile, % of the calibrated ceiling
     kk.doctor()                               # can this machine's timings be trusted? a verdict per timing mode
+
+The map: data flows spec -> open target -> jobs -> store -> report, and each stage is a place in the tree.
+
+    spec.py         Op (reference, inputs, cost, tolerance), Impl, Case; BASELINES (eager, compile), the one list
+    backends/       one Backend per way to run an impl (eager, compile, triton, cuda, numba) + the registry; the
+                    only code that knows a backend by name. lazy.py: an op's kernel modules, imported on first use
+    target.py       open_target(target, device): prepare the process for the device, then import the op's file
+                    (the import-ordering rule lives here and nowhere else); cases, one case with its inputs
+    ops/<op>/       built-in ops: __init__.py (reference, cost, impls), triton.py, numba.py, cuda.cu
+    jobs/           what runs in a worker: CheckJob (check.py, judge(): the order of checks), BenchJob and the
+                    benchmark sweep (bench.py: bench_op), one Job protocol
+    runner.py       isolated worker processes: a crash, hang or lost CUDA context ends one job, not the run
+    verify.py       comparison by the tolerance rule, structure checks, weak-test probes
+    results.py      Status and CaseResult: plain data every stage passes on
+    measure/        the timing engine (timer, samplers, modes, stats), ceilings.py, host.py (the fingerprint)
+    profiling/      torch_profiler, ncu (+ the driver run under ncu), asm (+ sass.py), codegen (inductor's code)
+    store/          SQLite results (db.py) and run-to-run comparison (compare.py)
+    report/         every renderer: terminal tables, JSON/CSV, plots, the HTML report
+    cli/            the command line, one module per command group, thin
+    demo/, doctor/  the guided tour, and the machine self-test
+    formats/        outside problem formats (KernelBench, GPU MODE) as ops
+
+Where this differs from shared/DESIGN.md, and why: the loader is part of target.py (finding a user's ops and
+preparing the process for them are one step under one rule); jobs/ holds check and bench only, because profile runs
+in the calling process (it owns that process's profiler), ncu in a child under ncu, and asm's Triton compile in a
+child with the interpreter off: none of them is a worker job; each backend that can show its kernels keeps its asm
+beside it (backends/triton/asm.py, backends/cuda/asm.py), profiling/asm.py only asks; results.py, errors.py and
+cache.py are small modules every stage shares; demo/ and doctor/ are packages DESIGN.md did not plan.
 """
 
 from kernelkit.backends.compiled import compile_seconds

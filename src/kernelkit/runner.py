@@ -51,15 +51,8 @@ class RunReport:
         return not self.interrupted and bool(self.results) and all(r.status.ok for r in self.results)
 
 
-def plan(
-    target: str,
-    *,
-    impls: Sequence[str] = (),
-    device: str | None = None,
-    sizes: Sequence[Size] = (),
-    dtypes: Sequence[torch.dtype] = (),
-    seeds: int = 1,
-) -> tuple[str, list[Case]]:
+def plan(target: str, *, impls: Sequence[str] = (), device: str | None = None, sizes: Sequence[Size] = (),
+         dtypes: Sequence[torch.dtype] = (), seeds: int = 1) -> tuple[str, list[Case]]:
     """The device and the cases of ``target`` (a built-in op name or a .py file), without running them."""
     opened = open_target(target, device)
     return opened.device, opened.cases(impls, sizes, dtypes, seeds)

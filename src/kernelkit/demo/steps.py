@@ -231,7 +231,7 @@ def bench_impls(op_name: str, device: str) -> list[str]:
 def bench_step(ctx: DemoContext) -> Outcome:
     """bench_op of square and softmax against eager and torch.compile; one bench table each."""
     from kernelkit.jobs.bench import bench_op
-    from kernelkit.report.bench_table import bench_table
+    from kernelkit.report.bench_table import bench_table, skip_lines, warning_lines
     from kernelkit.results import Status
 
     budget = BENCH_BUDGET[ctx.device] / (2 if ctx.quick else 1)
@@ -253,7 +253,7 @@ def bench_step(ctx: DemoContext) -> Outcome:
             raise KeyboardInterrupt
         shown = [r for r in report.results if r.status is not Status.SKIPPED]
         ctx.console.print(bench_table(shown, title=_sweep_title(sweep)))
-        for line in _fastest(report.results) + _bench_notes(report.results):
+        for line in _fastest(report.results) + skip_lines(report.results) + warning_lines(report.results):
             ctx.console.print(line, highlight=False)
         ctx.console.print()
         ok = ok and report.ok
@@ -290,23 +290,6 @@ def _versus(name: str, ratio: Any) -> str:
     if ratio.verdict == "slower":
         return f"[red]{1 / ratio.value:.2f}x slower than {name}[/]"
     return f"as fast as {name} (within noise)"
-
-
-def _bench_notes(results: Sequence[Any]) -> list[str]:
-    """One line per skipped impl and reason, then each failure in full (the table cuts messages)."""
-    from kernelkit.results import Status
-
-    skips: dict[tuple[str, str], list[str]] = {}
-    for r in results:
-        if r.status is Status.SKIPPED:
-            dtypes = skips.setdefault((r.impl, r.message), [])
-            if r.dtype not in dtypes:
-                dtypes.append(r.dtype)
-    lines = [f"[dim]skipped {escape(impl)} ({', '.join(dtypes)}): {escape(reason)}[/]"
-             for (impl, reason), dtypes in skips.items()]
-    worker = dict.fromkeys(w for r in results for w in r.warnings)  # what the workers warned about, once each
-    return lines + [f"[yellow]warning[/] {escape(w)}" for w in worker] + [
-        f"[bold red]{r.status.value}[/] {escape(r.case_id)}: {escape(r.message)}" for r in results if r.status.failed]
 
 
 # ---- 4. profile ------------------------------------------------------------------------------------------------

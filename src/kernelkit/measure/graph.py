@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 
-from kernelkit.measure.samplers import FLUSH_FACTOR, MeasureError, Sample, past, paused_gc
+from kernelkit.measure.samplers import FLUSH_FACTOR, MeasureError, Sample, event_samples
 
 GRAPH_TARGET_SECONDS = 5e-3
 GRAPH_MAX_CALLS = 8192
@@ -124,21 +124,7 @@ class GraphSampler:
         return self.batch(1)[0][0]
 
     def batch(self, k: int, deadline: float | None = None) -> list[Sample]:
-        graph = self.graph
-        pairs = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(k)]
-        stream = torch.cuda.current_stream()
-        taken = 0
-        with paused_gc():
-            for start, end in pairs:
-                if taken and past(deadline):
-                    break
-                start.record(stream)
-                graph.replay()
-                end.record(stream)
-                taken += 1
-        mhz = self.clock.sm_clock_mhz() if self.clock is not None else None
-        torch.cuda.synchronize()
-        return [(s.elapsed_time(e) / 1e3 / self.calls_per_sample, mhz) for s, e in pairs[:taken]]
+        return event_samples(self.graph.replay, k, deadline, self.clock, calls_per_sample=self.calls_per_sample)
 
 
 def _capture(calls: Sequence[Callable[[], Any]], unrolled: int) -> torch.cuda.CUDAGraph:

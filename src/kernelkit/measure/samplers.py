@@ -154,23 +154,31 @@ class EventSampler:
         return self.batch(1)[0][0]
 
     def batch(self, k: int, deadline: float | None = None) -> list[Sample]:
-        fn, flush = self.fn, self.flush
-        pairs = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(k)]
-        stream = torch.cuda.current_stream()
-        taken = 0
-        with paused_gc():
-            for start, end in pairs:
-                if taken and past(deadline):
-                    break
-                if flush is not None:
-                    evict(flush)
-                start.record(stream)
-                fn()
-                end.record(stream)
-                taken += 1
-        mhz = self.clock.sm_clock_mhz() if self.clock is not None else None  # read while the batch runs
-        torch.cuda.synchronize()
-        return [(s.elapsed_time(e) / 1e3, mhz) for s, e in pairs[:taken]]
+        flush = self.flush
+        return event_samples(self.fn, k, deadline, self.clock, before=None if flush is None else lambda: evict(flush))
+
+
+def event_samples(call: Callable[[], Any], k: int, deadline: float | None, clock: Any = None, *,
+                  before: Callable[[], Any] | None = None, calls_per_sample: int = 1) -> list[Sample]:
+    """Up to ``k`` samples, each ``call`` between its own CUDA event pair on the current stream (``before`` runs
+    outside the pair: a cache flush); ``call`` makes ``calls_per_sample`` calls. At least one sample is taken,
+    then no more once ``deadline`` is past. The clock is read while the batch runs, before the synchronize."""
+    pairs = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(k)]
+    stream = torch.cuda.current_stream()
+    taken = 0
+    with paused_gc():
+        for start, end in pairs:
+            if taken and past(deadline):
+                break
+            if before is not None:
+                before()
+            start.record(stream)
+            call()
+            end.record(stream)
+            taken += 1
+    mhz = clock.sm_clock_mhz() if clock is not None else None
+    torch.cuda.synchronize()
+    return [(s.elapsed_time(e) / 1e3 / calls_per_sample, mhz) for s, e in pairs[:taken]]
 
 
 class HotSampler:
