@@ -261,6 +261,29 @@ def test_ceiling_for_leaves_out_what_does_not_apply():
     assert ceiling_for(10**9, 10**12, 0.0, "float32", h100()).pct_bandwidth is None
 
 
+def test_an_ops_compute_dtype_picks_the_matmul_rate_its_flops_compare_with():
+    from kernelkit.ops.matmul import matmul, matmul_fp8, matmul_tf32
+
+    assert (matmul.compute_dtype, matmul_tf32.compute_dtype, matmul_fp8.compute_dtype) == ("", "tf32", "fp8")
+    ceilings = h100()
+    ceilings.matmul_tflops["fp8"] = 1300.0
+    fp8 = ceiling_for(10**9, 650 * 10**9, 1e-3, "bfloat16", ceilings, compute_dtype=matmul_fp8.compute_dtype)
+    assert (fp8.flops_kind, fp8.tflops, fp8.pct_flops) == ("fp8", 1300.0, pytest.approx(50.0))  # not bf16's 750
+    tf32 = ceiling_for(10**9, 200 * 10**9, 1e-3, "float32", ceilings, compute_dtype="tf32")
+    assert (tf32.flops_kind, tf32.pct_flops) == ("tf32", pytest.approx(50.0))  # not fp32's 50 (400%: SUSPECT)
+    assert ceiling_for(10**9, 200 * 10**9, 1e-3, "float32", ceilings).flops_kind == "fp32"
+    del ceilings.matmul_tflops["fp8"]
+    assert ceiling_for(10**9, 10**12, 1e-3, "bfloat16", ceilings, compute_dtype="fp8").pct_flops is None
+
+
+def test_compute_dtype_must_name_a_calibrated_matmul_rate():
+    import kernelkit as kk
+    from kernelkit.errors import SpecError
+
+    with pytest.raises(SpecError, match="compute_dtype 'int4' is not one of"):
+        kk.op(sizes=[(4,)], compute_dtype="int4")(lambda x: x)
+
+
 def test_flops_ceiling_maps_case_dtypes_to_matmul_kinds():
     c = h100()
     c.matmul_tflops["fp8"] = 1500.0

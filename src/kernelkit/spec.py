@@ -139,6 +139,9 @@ class Op:
     impls: dict[str, Impl] = field(default_factory=dict)
     description: str = ""
     backward: Backward | None = None
+    # The matmul rate a case's FLOPs compare with, when not the case dtype's own (measure.ceilings.MATMUL_KINDS):
+    # "fp8" for fp8 operands with a bfloat16 output dtype, "tf32" for float32 cases run on TF32 tensor cores.
+    compute_dtype: str = ""
 
     def set_backward(self, op: Op, saved: Callable[..., tuple[Any, ...]]) -> None:
         """Declare ``op`` as this op's backward: ``kk.torch_op(self, impl)`` then runs ``op``'s impl of the same
@@ -252,6 +255,7 @@ def op(
     tolerance: dict[torch.dtype, tuple[float, float]] | None = None,
     name: str | None = None,
     bench_sizes: Sequence[Size] | None = None,
+    compute_dtype: str = "",
 ) -> Any:
     """Declare an op: decorate its reference (plain PyTorch, the spec).
 
@@ -260,11 +264,16 @@ def op(
     by default one seeded standard-normal tensor of ``size`` per positional parameter of the reference.
     bytes/flops(*inputs) -> int: the cost of one call, for bandwidth and throughput figures.
     bench_sizes: the sizes ``kernelkit bench`` sweeps on a GPU (default: ``sizes``); on the CPU it uses cpu_sizes.
+    compute_dtype: the matmul rate the FLOPs compare with when not the case dtype's ('fp8', 'tf32', ...).
     """
 
     def build(fn: Callable[..., Any]) -> Op:
         if not sizes:
             raise SpecError(f"op {fn.__name__!r} needs at least one size")
+        from kernelkit.measure.ceilings import MATMUL_KINDS  # late: the ceilings are not needed to declare an op
+
+        if compute_dtype and compute_dtype not in MATMUL_KINDS:
+            raise SpecError(f"op {fn.__name__!r}: compute_dtype {compute_dtype!r} is not one of {MATMUL_KINDS}")
         shapes = [_as_size(s) for s in sizes]
         small = [_as_size(s) for s in cpu_sizes] if cpu_sizes else _shrink(shapes)
         doc = inspect.getdoc(fn) or ""
@@ -280,6 +289,7 @@ def op(
             flops_fn=flops,
             tolerance=dict(tolerance or {}),
             description=doc.split("\n")[0],
+            compute_dtype=compute_dtype,
         )
 
     return build(reference) if reference is not None else build

@@ -145,7 +145,8 @@ class BenchJob:
             if ceilings is not None:
                 from kernelkit.measure import ceilings as device_ceilings
 
-                m.ceiling = device_ceilings.ceiling_for(nbytes, flops, m.median, self.dtype, ceilings)
+                m.ceiling = device_ceilings.ceiling_for(nbytes, flops, m.median, self.dtype, ceilings,
+                                                        compute_dtype=op.compute_dtype)
             result.measurement = m
             verdict = _recheck(last[0], refs, los, atol, rtol)
             if verdict is not None:

@@ -60,11 +60,13 @@ class Ceilings:
     device: str = "cuda"  # "cuda" or "cpu": CPU ceilings describe the CPU, never a GPU
 
     def flops_ceiling(self, dtype: str) -> tuple[str, float] | None:
-        """(kind, TFLOP/s) of the matmul rate a case of ``dtype`` ('bfloat16', 'torch.float16', ...) compares with.
+        """(kind, TFLOP/s) of the matmul rate a case of ``dtype`` ('bfloat16', 'torch.float16', ...) compares with;
+        ``dtype`` may also name a kind ('tf32', 'fp8': an op's compute_dtype).
 
         float32 compares with the TF32-off rate, whatever the process's TF32 flag. None when not measured.
         """
-        kind = DTYPE_KINDS.get(str(dtype).removeprefix("torch."))
+        name = str(dtype).removeprefix("torch.")
+        kind = name if name in MATMUL_KINDS else DTYPE_KINDS.get(name)
         if kind is None or kind not in self.matmul_tflops:
             return None
         return kind, self.matmul_tflops[kind]
@@ -89,9 +91,11 @@ class Ceilings:
 
 
 def ceiling_for(result_bytes: int | None, result_flops: int | None, seconds: float, dtype: str,
-                ceilings: Ceilings) -> Ceiling:
+                ceilings: Ceilings, *, compute_dtype: str = "") -> Ceiling:
     """A result's achieved rates as % of the device's ceilings; None where the cost model or a ceiling is missing.
 
+    The FLOPs compare with the matmul rate of ``compute_dtype`` when given (an op's Op.compute_dtype: fp8 operands
+    with a bfloat16 output, float32 run on TF32 tensor cores), else with the case dtype's.
     Above 105% the Ceiling is ``suspect``: the kernel skipped work or the cost model overstates it.
     """
     ceiling = Ceiling()
@@ -100,7 +104,7 @@ def ceiling_for(result_bytes: int | None, result_flops: int | None, seconds: flo
     if result_bytes and ceilings.copy_gbps > 0:
         ceiling.bandwidth_gbps = ceilings.copy_gbps
         ceiling.pct_bandwidth = result_bytes / seconds / 1e9 / ceilings.copy_gbps * 100
-    rate = ceilings.flops_ceiling(dtype) if result_flops else None
+    rate = ceilings.flops_ceiling(compute_dtype or dtype) if result_flops else None
     if rate is not None and rate[1] > 0:
         ceiling.flops_kind, ceiling.tflops = rate
         ceiling.pct_flops = result_flops / seconds / 1e12 / rate[1] * 100

@@ -103,7 +103,7 @@ def matmul_bt(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 
 @op(sizes=SIZES, cpu_sizes=CPU_SIZES, bench_sizes=BENCH_SIZES, dtypes=[torch.float32], inputs=matmul_inputs,
     bytes=lambda a, b: _bytes(a, b, a.element_size()), flops=_flops,
-    tolerance={torch.float32: tf32_tolerance(LONGEST_K)})
+    tolerance={torch.float32: tf32_tolerance(LONGEST_K)}, compute_dtype="tf32")  # TF32 tensor cores, not fp32 FMAs
 def matmul_tf32(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """C = A @ B in fp32, as TF32 tensor cores may compute it: the exact product is the spec, TF32's error allowed."""
     return a @ b
@@ -111,7 +111,7 @@ def matmul_tf32(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 
 @op(sizes=FP8_SIZES, cpu_sizes=FP8_CPU_SIZES, bench_sizes=FP8_BENCH_SIZES, dtypes=[torch.bfloat16],
     inputs=matmul_fp8_inputs, bytes=lambda a, b, scale_a, scale_b: _bytes(a, b, 2), flops=lambda a, b, *_: _flops(a, b),
-    tolerance={torch.bfloat16: fp8_tolerance(FP8_LONGEST_K)})
+    tolerance={torch.bfloat16: fp8_tolerance(FP8_LONGEST_K)}, compute_dtype="fp8")  # the dtype names the output
 def matmul_fp8(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: torch.Tensor) -> torch.Tensor:
     """C = (scale_a A) @ (scale_b B) rounded to bfloat16; A (M, K), B (K, N) float8_e4m3fn, scales fp32 scalars."""
     if a.dtype == torch.float64:  # the checker's float64 run: every operand is float64 already
