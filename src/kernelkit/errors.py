@@ -20,6 +20,11 @@ class SpecError(KernelkitError, ValueError):
     """An op or impl is described wrongly (bad size, unknown backend, duplicate name, ...)."""
 
 
+class InputError(KernelkitError):
+    """An op's own inputs are wrong: making them failed, or its reference raised on them (the op's fault, not an
+    impl's); cases end in INPUT_ERROR."""
+
+
 class LoadError(KernelkitError):
     """An op name or file given by the user cannot be resolved or imported."""
 

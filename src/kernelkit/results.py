@@ -16,6 +16,7 @@ class Status(str, enum.Enum):
     INCORRECT_DTYPE = "INCORRECT_DTYPE"  # wrong tensor type: dtype or device
     INCORRECT_NUMERICS = "INCORRECT_NUMERICS"  # values outside tolerance, or a stale output
     INPUT_MUTATED = "INPUT_MUTATED"
+    INPUT_ERROR = "INPUT_ERROR"  # the op's inputs do not fit its reference (it raised on them): not the impl's fault
     COMPILE_ERROR = "COMPILE_ERROR"
     RUNTIME_ERROR = "RUNTIME_ERROR"
     TIMEOUT = "TIMEOUT"

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -52,6 +53,8 @@ DTYPE_NAMES: dict[str, torch.dtype] = {
 
 Size = tuple[int, ...]
 InputFactory = Callable[[Size, torch.dtype, torch.device, int], tuple[Any, ...]]
+# shapes(*size) -> one shape per positional parameter of the reference, e.g. lambda M, N: ((M, N), (N,))
+ShapesFn = Callable[..., Sequence[Sequence[int]]]
 CostFn = Callable[..., int]
 
 
@@ -229,18 +232,59 @@ def _backend_from_name(name: str) -> str:
                     "pass backend=")
 
 
-def _default_inputs(reference: Callable[..., Any]) -> InputFactory:
-    params = [
-        p for p in inspect.signature(reference).parameters.values()
+def _tensor_params(reference: Callable[..., Any]) -> list[str]:
+    """The reference's positional parameters without defaults: the ones kernelkit makes a tensor for."""
+    return [
+        p.name for p in inspect.signature(reference).parameters.values()
         if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and p.default is p.empty
     ]
+
+
+def _default_inputs(reference: Callable[..., Any], name: str) -> InputFactory:
+    params = _tensor_params(reference)
     if not params:
         raise SpecError(f"reference {reference.__name__!r} takes no positional tensors; pass inputs= to kk.op")
+    # Several parameters all get the case's full size, which fits elementwise ops only (rmsnorm's weight is N,
+    # not M x N): say so once, where the outputs and warnings are shown, and name the fix.
+    notice = (f"op {name!r}: each of its {len(params)} parameters ({', '.join(params)}) gets a tensor of the case's "
+              f"full size (no shapes= or inputs= given); if their shapes differ, declare them, e.g. "
+              f"shapes=lambda M, N: ((M, N), (N,))") if len(params) > 1 else ""
 
     def make(size: Size, dtype: torch.dtype, device: torch.device, seed: int) -> tuple[torch.Tensor, ...]:
+        if notice:
+            warnings.warn(notice, UserWarning, stacklevel=2)
         return tuple(seeded_normal(size, dtype, device, seed * 1009 + i) for i in range(len(params)))
 
     return make
+
+
+def _shaped_inputs(shapes: ShapesFn, reference: Callable[..., Any], name: str) -> InputFactory:
+    """inputs(size, ...) from ``shapes``: one seeded standard-normal tensor per shape it gives for the size."""
+    params = _tensor_params(reference)
+
+    def make(size: Size, dtype: torch.dtype, device: torch.device, seed: int) -> tuple[torch.Tensor, ...]:
+        given = input_shapes(shapes, size, params, name)
+        return tuple(seeded_normal(shape, dtype, device, seed * 1009 + i) for i, shape in enumerate(given))
+
+    return make
+
+
+def input_shapes(shapes: ShapesFn, size: Size, params: Sequence[str], name: str) -> list[Size]:
+    """``shapes(*size)`` checked: one shape of non-negative ints per parameter in ``params``; SpecError otherwise."""
+    where = f"op {name!r}: shapes{tuple(size)}"
+    try:
+        given = shapes(*size)
+    except TypeError as exc:
+        raise SpecError(f"{where} failed ({exc}): shapes= takes one argument per dimension of the case's size "
+                        f"({len(size)} here), e.g. shapes=lambda M, N: ((M, N), (N,))") from None
+    try:
+        out = [_as_size(shape) for shape in given]
+    except (SpecError, TypeError):
+        raise SpecError(f"{where} gave {given!r}: return one shape (a tuple of ints) per parameter") from None
+    if len(out) != len(params):
+        raise SpecError(f"{where} gave {len(out)} shapes for {len(params)} parameters ({', '.join(params)}); give "
+                        f"one shape per parameter, in order")
+    return out
 
 
 def op(
@@ -250,6 +294,7 @@ def op(
     dtypes: Sequence[torch.dtype] = (torch.float32,),
     cpu_sizes: Sequence[Size] | None = None,
     inputs: InputFactory | None = None,
+    shapes: ShapesFn | None = None,
     bytes: CostFn | None = None,  # noqa: A002 - reads naturally at the call site: bytes=lambda x: ...
     flops: CostFn | None = None,
     tolerance: dict[torch.dtype, tuple[float, float]] | None = None,
@@ -262,6 +307,8 @@ def op(
     sizes: shapes for GPU runs; cpu_sizes: small shapes for CPU runs (interpreters and simulators are slow),
     by default each size's dimensions capped at 64. inputs(size, dtype, device, seed) -> tuple of arguments;
     by default one seeded standard-normal tensor of ``size`` per positional parameter of the reference.
+    shapes(*size) -> one shape per parameter: the tensors' shapes when they differ from the case's size, e.g.
+    ``shapes=lambda M, N: ((M, N), (N,))`` for rmsnorm(x, w); seeded standard-normal tensors like the default.
     bytes/flops(*inputs) -> int: the cost of one call, for bandwidth and throughput figures.
     bench_sizes: the sizes ``kernelkit bench`` sweeps on a GPU (default: ``sizes``); on the CPU it uses cpu_sizes.
     compute_dtype: the matmul rate the FLOPs compare with when not the case dtype's ('fp8', 'tf32', ...).
@@ -274,17 +321,24 @@ def op(
 
         if compute_dtype and compute_dtype not in MATMUL_KINDS:
             raise SpecError(f"op {fn.__name__!r}: compute_dtype {compute_dtype!r} is not one of {MATMUL_KINDS}")
-        shapes = [_as_size(s) for s in sizes]
-        small = [_as_size(s) for s in cpu_sizes] if cpu_sizes else _shrink(shapes)
+        gpu_sizes = [_as_size(s) for s in sizes]
+        small = [_as_size(s) for s in cpu_sizes] if cpu_sizes else _shrink(gpu_sizes)
         doc = inspect.getdoc(fn) or ""
+        op_name = name or fn.__name__
+        if inputs is not None and shapes is not None:
+            raise SpecError(f"op {op_name!r}: give inputs= or shapes=, not both (inputs= makes the tensors itself)")
+        if shapes is not None:
+            params = _tensor_params(fn)
+            for size in dict.fromkeys([*gpu_sizes, *small]):  # a wrong shapes= fails here, not in every case
+                input_shapes(shapes, size, params, op_name)
         return Op(
-            name=name or fn.__name__,
+            name=op_name,
             reference=fn,
-            sizes=shapes,
+            sizes=gpu_sizes,
             dtypes=list(dtypes),
             cpu_sizes=small,
-            make_inputs=inputs or _default_inputs(fn),
-            bench_sizes=[_as_size(s) for s in bench_sizes] if bench_sizes else shapes,
+            make_inputs=inputs or (_shaped_inputs(shapes, fn, op_name) if shapes else _default_inputs(fn, op_name)),
+            bench_sizes=[_as_size(s) for s in bench_sizes] if bench_sizes else gpu_sizes,
             bytes_fn=bytes,
             flops_fn=flops,
             tolerance=dict(tolerance or {}),

@@ -25,7 +25,7 @@ from typing import Any
 import torch
 
 from kernelkit import backends, runner, verify
-from kernelkit.errors import describe_exception
+from kernelkit.errors import InputError, describe_exception
 from kernelkit.jobs import OnBuilt, caught_warnings, unique
 from kernelkit.jobs.check import CheckJob, judge, reference_outputs
 from kernelkit.measure import timer
@@ -116,7 +116,10 @@ class BenchJob:
     def _execute(self, device: str, on_built: OnBuilt | None, notices: list[str]) -> BenchOutcome:
         op = load(self.source)[self.op]
         dtype = parse_dtype(self.dtype)
-        inputs, refs, los = reference_outputs(op, self.size, dtype, device, self.seed)
+        try:
+            inputs, refs, los = reference_outputs(op, self.size, dtype, device, self.seed)
+        except InputError as exc:  # the op's inputs do not fit its reference: no contender can be timed
+            return self.failed(device, Status.INPUT_ERROR, str(exc))
         nbytes, flops = op.cost(inputs, los)
         working = sum(t.numel() * t.element_size() for t in (*inputs, *los) if isinstance(t, torch.Tensor))
         atol, rtol = op.tolerance_for(dtype)

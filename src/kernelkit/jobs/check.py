@@ -15,7 +15,7 @@ from typing import Any
 import torch
 
 from kernelkit import backends, verify
-from kernelkit.errors import BackendUnavailable, CompileError, describe_exception
+from kernelkit.errors import BackendUnavailable, CompileError, InputError, describe_exception
 from kernelkit.jobs import OnBuilt, caught_warnings, unique
 from kernelkit.results import CaseResult, Status
 from kernelkit.spec import Case, Impl, Op, parse_dtype
@@ -69,6 +69,8 @@ def check_case(case: Case, op: Op, device: str, on_built: OnBuilt | None = None)
         _check(result, op, impl, case, device)
     except BackendUnavailable as exc:
         result.status, result.message = Status.SKIPPED, str(exc)
+    except InputError as exc:
+        result.status, result.message = Status.INPUT_ERROR, str(exc)
     except (CompileError, SyntaxError) as exc:
         result.status, result.message = Status.COMPILE_ERROR, _describe_compile_error(exc)
     except Exception as exc:  # noqa: BLE001 - every failure of user code becomes a status
@@ -142,12 +144,25 @@ def reference_outputs(op: Op, size: tuple[int, ...], dtype: torch.dtype, device:
 
 
 def _make_reference(op: Op, size: tuple[int, ...], dtype: torch.dtype, device: str, seed: int) -> Made:
-    inputs = tuple(op.make_inputs(size, dtype, torch.device(device), seed))
+    """InputError when the op's inputs cannot be made or its reference raises on them: no impl is to blame."""
+    shown = "x".join(map(str, size))
     try:
-        refs = verify.as_outputs(op.reference(*[verify.to_reference_precision(x) for x in inputs]))
-    except (RuntimeError, TypeError):
-        refs = verify.as_outputs(op.reference(*[verify.to_reference_precision(x, torch.float32) for x in inputs]))
-    los = verify.as_outputs(op.reference(*verify.clone_inputs(inputs)))
+        inputs = tuple(op.make_inputs(size, dtype, torch.device(device), seed))
+    except Exception as exc:  # noqa: BLE001 - the op's input factory failed: reported as the op's error
+        raise InputError(f"op {op.name!r}: making its inputs for size {shown} failed: {describe_exception(exc)}; "
+                         f"fix its shapes= or inputs=") from exc
+    try:
+        try:
+            refs = verify.as_outputs(op.reference(*[verify.to_reference_precision(x) for x in inputs]))
+        except (RuntimeError, TypeError):
+            refs = verify.as_outputs(op.reference(*[verify.to_reference_precision(x, torch.float32) for x in inputs]))
+        los = verify.as_outputs(op.reference(*verify.clone_inputs(inputs)))
+    except Exception as exc:  # noqa: BLE001 - the reference rejects the op's own inputs: not the impl's fault
+        given = ", ".join("x".join(map(str, x.shape)) if isinstance(x, torch.Tensor) else type(x).__name__
+                          for x in inputs)
+        raise InputError(f"op {op.name!r}: its reference raised on the generated inputs ({given}) for size "
+                         f"{shown}: {describe_exception(exc)}; the inputs do not fit the reference: declare each "
+                         f"input's shape with shapes= (or make them with inputs=) on kk.op") from exc
     return inputs, refs, los
 
 

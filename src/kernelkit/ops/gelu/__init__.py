@@ -91,8 +91,13 @@ def gelu_erf(x: torch.Tensor) -> torch.Tensor:
     return F.gelu(x)
 
 
+def _same_shape(*size: int) -> tuple[tuple[int, ...], ...]:
+    """x and dy: both of the case's size."""
+    return (size, size)
+
+
 # bytes: read 2N + write N elements; flops: GELU_BACKWARD_FLOPS per element.
-@op(**_OP_OPTIONS, bytes=_binary_bytes, flops=lambda x, dy: GELU_BACKWARD_FLOPS * x.numel())
+@op(**_OP_OPTIONS, shapes=_same_shape, bytes=_binary_bytes, flops=lambda x, dy: GELU_BACKWARD_FLOPS * x.numel())
 def gelu_backward(x: torch.Tensor, dy: torch.Tensor) -> torch.Tensor:
     """dx = dy * gelu'(x) for the tanh approximation; fp32 math for 16-bit inputs.
 
@@ -105,7 +110,7 @@ def gelu_backward(x: torch.Tensor, dy: torch.Tensor) -> torch.Tensor:
 
 
 # bytes: read 2N + write N elements; flops: GELU_ERF_BACKWARD_FLOPS per element.
-@op(**_OP_OPTIONS, bytes=_binary_bytes, flops=lambda x, dy: GELU_ERF_BACKWARD_FLOPS * x.numel())
+@op(**_OP_OPTIONS, shapes=_same_shape, bytes=_binary_bytes, flops=lambda x, dy: GELU_ERF_BACKWARD_FLOPS * x.numel())
 def gelu_erf_backward(x: torch.Tensor, dy: torch.Tensor) -> torch.Tensor:
     """dx = dy * (Phi(x) + x phi(x)), the exact GELU's derivative; fp32 math for 16-bit inputs."""
     xf, dyf = _opmath(x), _opmath(dy)
