@@ -36,7 +36,8 @@ def test_bench_prints_the_table_and_writes_every_output(two_runs):
     assert all(r["measurement"]["samples"] for r in doc["results"])
     assert doc["env"]["device_name"].startswith("CPU")
     assert len((tmp / "out.csv").read_text().strip().splitlines()) == 1 + len(doc["results"])
-    assert sorted(p.suffix for p in (tmp / "plots").iterdir()) == [".png", ".svg"]
+    names = sorted(p.name for p in (tmp / "plots").iterdir())  # the rate against size, and the roofline
+    assert names == [f"double_float32_hot{kind}.{ext}" for kind in ("", "_roofline") for ext in ("png", "svg")]
 
 
 def test_runs_lists_both_and_compare_matches_cases(two_runs):

@@ -100,6 +100,34 @@ def test_a_failed_calibration_is_a_warning_in_every_result_not_a_lost_print(monk
     assert all(notice in r.warnings and r.measurement.ceiling is None for r in outcome.results)
 
 
+def test_each_timed_contender_gets_its_peak_memory_from_one_more_call(monkeypatch):
+    from kernelkit import target
+    from kernelkit.measure import memory
+    from kernelkit.measure.timer import Settings
+
+    contenders = (("eager_add", "impl"), ("eager", "baseline"))
+    job = sweep.BenchJob(target.resolve(OPS), "double", (64, 64), "float32", 0, contenders,
+                         Settings(mode="hot", budget=0.05))
+    outcome = job.execute("cpu")  # the real thing: not measured on the CPU
+    assert [r.measurement.peak_bytes for r in outcome.results] == [None, None]
+
+    calls = []
+
+    def fake_peak(call, device):  # as on a GPU: the call is made, its output's size is the peak
+        out = call()
+        calls.append(device)
+        if len(calls) == 2:
+            raise RuntimeError("CUDA out of memory")
+        return out.numel() * out.element_size()
+
+    monkeypatch.setattr(memory, "peak_bytes", fake_peak)
+    outcome = job.execute("cpu")
+    first, second = outcome.results
+    assert calls == ["cpu", "cpu"] and first.measurement.peak_bytes == 64 * 64 * 4
+    assert second.status is Status.PASSED and second.measurement.peak_bytes is None  # the timing stands
+    assert any("peak memory not measured: RuntimeError: CUDA out of memory" in w for w in second.measurement.warnings)
+
+
 def test_cold_mode_on_a_huge_last_level_cache_finishes_well_inside_the_job_timeout(monkeypatch):
     from kernelkit import target
     from kernelkit.measure import host

@@ -62,7 +62,9 @@ def bench_command(
     no_store: Annotated[bool, typer.Option("--no-store", help="Do not record the run.")] = False,
     json_path: Annotated[Path | None, typer.Option("--json", help="Write every result, raw samples too.")] = None,
     csv_path: Annotated[Path | None, typer.Option("--csv", help="Write one CSV row per result.")] = None,
-    plot_dir: Annotated[Path | None, typer.Option("--plot", help="Save a PNG and SVG per op and dtype here.")] = None,
+    plot_dir: Annotated[Path | None, typer.Option("--plot", help="Save PNG and SVG figures here: per op and dtype "
+                                                  "the rate against size, the roofline and the peak memory (where "
+                                                  "measured), and one roofline of every op.")] = None,
 ) -> None:
     """Time every impl of an op against eager PyTorch and torch.compile, after checking each against the reference.
 

@@ -8,7 +8,8 @@ For each (op, size, dtype) of the sweep, in one worker process:
    each on its own fresh copy of the inputs; the output of each one's last timed call is judged again (the
    checks of jobs.check.judge, in their order);
 3. rates from the op's cost model, % of the device's calibrated ceilings (SUSPECT above 105%) and speedups
-   against each baseline with a 95% bootstrap interval.
+   against each baseline with a 95% bootstrap interval;
+4. one more call of each, alone, for the device memory it needs at its peak (measure.memory; not on the CPU).
 Every result goes to the results store as soon as it exists, so an interrupted sweep keeps what finished.
 What the worker warns about while timing (Python warnings, a failed calibration) travels back in each result's
 ``warnings``, not only into the worker's log.
@@ -28,7 +29,7 @@ from kernelkit import backends, runner, verify
 from kernelkit.errors import InputError, describe_exception
 from kernelkit.jobs import OnBuilt, caught_warnings, unique
 from kernelkit.jobs.check import CheckJob, judge, reference_outputs
-from kernelkit.measure import timer
+from kernelkit.measure import memory, timer
 from kernelkit.measure.measurement import BenchResult
 from kernelkit.measure.stats import speedup
 from kernelkit.measure.timer import Contender, MeasureFailure, Settings
@@ -141,7 +142,7 @@ class BenchJob:
             on_built()
 
         measured = timer.bench_many([c for _, c, _ in entries], self.settings, device)
-        for (result, _, last), m in zip(entries, measured, strict=True):
+        for (result, contender, last), m in zip(entries, measured, strict=True):
             if isinstance(m, MeasureFailure):
                 result.status, result.message = Status.RUNTIME_ERROR, describe_exception(m.error)
                 continue
@@ -154,9 +155,22 @@ class BenchJob:
             verdict = _recheck(last[0], refs, los, atol, rtol)
             if verdict is not None:
                 result.status, result.message = verdict
+            m.peak_bytes = _peak_memory(contender, device, m.warnings)
         _speedups(list(results.values()))
         details = {"context_lost": True} if device == "cuda" and backends.cuda_context_lost() else {}
         return BenchOutcome(list(results.values()), details=details)
+
+
+def _peak_memory(contender: Contender, device: str, warnings: list[str]) -> int | None:
+    """One more call, alone, for the device memory it needs at its peak (measure.memory; None on the CPU).
+
+    It runs after the timing, so it cannot disturb it; a failure (out of memory) is a warning, not a status."""
+    call = contender.make_call(contender.args) if contender.make_call is not None else contender.fn
+    try:
+        return memory.peak_bytes(call, device)
+    except Exception as exc:  # noqa: BLE001 - the timing stands; only the memory figure is missing
+        warnings.append(f"peak memory not measured: {describe_exception(exc)}")
+        return None
 
 
 def _contender_impl(op: Op, name: str) -> Impl:

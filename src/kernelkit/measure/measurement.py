@@ -57,6 +57,9 @@ class Measurement:
     kernel_seconds: float | None = None  # median device time of the kernels one call launched, when known
     warnings: list[str] = field(default_factory=list)
     method: str = ""  # how each sample was taken, in words (the mode's details: eviction, calls, copies, source)
+    # Device memory one call allocated at its peak, above what was allocated before it (measure.memory); None where
+    # it was not measured (the CPU).
+    peak_bytes: int | None = None
 
     @property
     def stats(self) -> Stats:

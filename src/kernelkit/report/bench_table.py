@@ -17,6 +17,7 @@ from rich.table import Table
 from kernelkit.measure.measurement import SUSPECT_PCT, BenchResult, Measurement
 from kernelkit.measure.stats import NOISY_IQR, Ratio
 from kernelkit.report.check_table import status_text, worker_warning_lines
+from kernelkit.report.roofline import binding
 from kernelkit.results import Status
 from kernelkit.spec import BASELINES
 
@@ -37,21 +38,37 @@ def format_time(seconds: float | None) -> str:
     return f"{_three_digits(seconds)} s"
 
 
+def format_bytes(n: int | None) -> str:
+    """'512 B', '1.50 KiB', '256 MiB', '2.00 GiB': three significant digits in the largest binary unit under 1000."""
+    if n is None:
+        return ""
+    value = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(value) < 999.5:
+            return f"{value:.0f} B" if unit == "B" else f"{_three_digits(value)} {unit}"
+        value /= 1024
+    return f"{_three_digits(value)} TiB"
+
+
 def bench_table(results: Sequence[BenchResult], *, title: str = "", show_ci: bool = False) -> Table:
-    """The results as a table: impl, size, dtype, median, spread, n, rates, % of ceiling, speedups, status, notes.
+    """The results as a table: impl, size, dtype, median, spread, n, rates, which ceiling binds and % of it, peak
+    memory (where measured), speedups, status, notes.
 
     Speedups are baseline median / impl median with a bootstrap verdict; ``show_ci`` adds the 95% interval.
     A message column appears when any result did not pass.
     """
     show_op = len({r.op for r in results}) > 1
     show_tflops = any(r.measurement and r.measurement.flops for r in results)
+    show_bound = any(bound_text(r.measurement) for r in results)
+    show_memory = any(r.measurement and r.measurement.peak_bytes is not None for r in results)
     vs = [name for name in BASELINES if any(name in r.speedups for r in results)]
     show_message = any(r.status is not Status.PASSED for r in results)
     table = Table(title=title or None, title_justify="left", caption=caption(results), caption_justify="left")
     columns = [*(["op"] if show_op else []), "impl", "size", "dtype", "median", "p20-p80", "n", "GB/s",
-               *(["TFLOP/s"] if show_tflops else []), "% of ceiling", *(f"vs {name}" for name in vs), "status", "notes",
+               *(["TFLOP/s"] if show_tflops else []), *(["bound"] if show_bound else []), "% of ceiling",
+               *(["peak mem"] if show_memory else []), *(f"vs {name}" for name in vs), "status", "notes",
                *(["message"] if show_message else [])]
-    left = {"op", "impl", "size", "dtype", "status", "notes", "message"}
+    left = {"op", "impl", "size", "dtype", "bound", "status", "notes", "message"}
     wrapping = {"notes": 40}  # everything else stays on one line; a long message is cut (the CLI prints it whole)
     for name in columns:
         table.add_column(name, justify="left" if name in left else "right",
@@ -68,7 +85,9 @@ def bench_table(results: Sequence[BenchResult], *, title: str = "", show_ci: boo
         cells = [*([escape(r.op)] if show_op else []), _impl_cell(r.impl, r.impl in baselines),
                  "x".join(map(str, r.size)), r.dtype,
                  *_timing_cells(m), rate_text(m.gbps if m else None),
-                 *([rate_text(m.tflops if m else None)] if show_tflops else []), ceiling_text(m),
+                 *([rate_text(m.tflops if m else None)] if show_tflops else []),
+                 *([bound_text(m)] if show_bound else []), ceiling_text(m),
+                 *([format_bytes(m.peak_bytes if m else None)] if show_memory else []),
                  *(speedup_text(r.speedups.get(name), show_ci) for name in vs), status_text(r.status),
                  escape(notes_text(m)), *([escape(_first_line(r.message))] if show_message else [])]
         table.add_row(*cells)
@@ -92,7 +111,8 @@ def caption(results: Sequence[BenchResult]) -> str:
 
 
 def ceiling_text(m: Measurement | None) -> str:
-    """'87% bw' or '62% flops' (whichever is higher); 'SUSPECT 134% bw' in red above SUSPECT_PCT."""
+    """'87% bw' or '62% flops': the % of the ceiling that binds (report.roofline; the higher one when the ceilings
+    cannot tell); 'SUSPECT 134% bw' in red when either is above SUSPECT_PCT."""
     c = m.ceiling if m else None
     if c is None:
         return ""
@@ -102,7 +122,15 @@ def ceiling_text(m: Measurement | None) -> str:
     pct, kind = max(pcts)
     if pct > SUSPECT_PCT:
         return f"[bold red]SUSPECT {pct:.0f}% {kind}[/]"
+    binds = binding(m)
+    if binds.pct is not None:
+        pct, kind = binds.pct, binds.kind
     return f"{pct:.0f}% {kind}"
+
+
+def bound_text(m: Measurement | None) -> str:
+    """'memory' or 'compute': which ceiling binds, from the cost model's intensity against the ridge point."""
+    return binding(m).bound
 
 
 def speedup_text(ratio: Ratio | None, show_ci: bool = False) -> str:

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from kernelkit.measure.measurement import BenchResult
+from kernelkit.report.roofline import binding
 from kernelkit.spec import BASELINES
 
 SCHEMA = "kernelkit.bench/1"
@@ -22,7 +23,7 @@ SCHEMA = "kernelkit.bench/1"
 CSV_COLUMNS = (
     "case", "op", "impl", "role", "size", "dtype", "device", "mode", "status",
     "n", "median_s", "mean_s", "min_s", "p20_s", "p80_s", "stdev_s", "iqr_rel", "rse",
-    "gbps", "tflops", "pct_bandwidth", "pct_flops", "suspect",
+    "gbps", "tflops", "bound", "pct_bandwidth", "pct_flops", "suspect", "peak_bytes",
     *(f"{column}{name}" for name in BASELINES
       for column in ("speedup_vs_", "ci_low_vs_", "ci_high_vs_", "verdict_vs_")),
     "stop_reason", "first_call_s", "dropped", "clock_scaling", "message",
@@ -80,7 +81,8 @@ def csv_row(result: BenchResult) -> dict[str, Any]:
         n=s.n, median_s=s.median, mean_s=s.mean, min_s=s.min, p20_s=s.p20, p80_s=s.p80, stdev_s=s.stdev,
         iqr_rel=s.iqr_rel, rse=s.rse, gbps=m.gbps, tflops=m.tflops,
         pct_bandwidth=ceiling.pct_bandwidth if ceiling else None, pct_flops=ceiling.pct_flops if ceiling else None,
-        suspect=result.suspect, stop_reason=m.stop_reason, first_call_s=m.first_call, dropped=m.dropped,
+        bound=binding(m).bound or None, peak_bytes=m.peak_bytes, suspect=result.suspect, stop_reason=m.stop_reason,
+        first_call_s=m.first_call, dropped=m.dropped,
         clock_scaling=m.clock_scaling,
     )
     return row

@@ -3,7 +3,8 @@
 The page holds, in order: the run (its command, when and how it ended) and its environment fingerprint; the
 results table (sortable, filterable), each row with the command that re-runs that one case; the achieved GB/s or
 TFLOP/s against size per (op, dtype), one line per impl with its p20-p80 band and the calibrated ceiling; the
-roofline (arithmetic intensity against achieved FLOP/s, under the bandwidth and compute ceilings); the statuses
+roofline (arithmetic intensity against achieved FLOP/s, under the bandwidth and compute ceilings); each impl's
+peak device memory against size, where it was measured; the statuses
 (counts, every failure's message, the skips, the warnings); and, given another run, the per-case diff with the
 verdicts of store.compare and the environment keys that differ.
 
@@ -26,7 +27,7 @@ from typing import Any
 from kernelkit.measure.measurement import BenchResult
 from kernelkit.report.bench_table import caption
 from kernelkit.report.html_assets import CSS, JS
-from kernelkit.report.html_plots import plain, rate_plots, roofline_plots
+from kernelkit.report.html_plots import memory_plots, plain, rate_plots, roofline_plots
 from kernelkit.report.html_tables import diff_section, env_table, results_table, status_section
 from kernelkit.store import RunComparison, Store
 from kernelkit.store import compare as compare_runs
@@ -71,11 +72,13 @@ def write_report(store: Store, run_ref: str | int = "latest", compare_ref: str |
 def render_report(run: RunData, compare: RunComparison | None = None) -> str:
     """The page of ``run``, as one HTML document; ``compare`` (store.compare(A, this run)) adds the diff."""
     results = run.results
+    memories = memory_plots(results)
     sections = [
         ("environment", "Environment", env_table(run.env)),
         ("results", "Results", _how_measured(results) + results_table(results, run.command)),
         ("plots", "Achieved rate against size", _rate_section(rate_plots(results))),
         ("roofline", "Roofline", _roofline_section(roofline_plots(results))),
+        *([("memory", "Peak memory against size", _memory_section(memories))] if memories else []),
         ("statuses", "Statuses", status_section(results)),
     ]
     if compare is not None:
@@ -102,6 +105,12 @@ def _roofline_section(figures: list[str]) -> str:
         return '<p class="dim">no timed result has both a byte and a FLOP count</p>'
     return ('<p class="dim">x: FLOPs / bytes of the op\'s cost model; y: FLOPs / median time. The roof is the lower '
             'of the copy bandwidth x intensity and the dtype\'s matmul ceiling.</p>'
+            f'<div class="plots">{"".join(figures)}</div>')
+
+
+def _memory_section(figures: list[str]) -> str:
+    return ('<p class="dim">Device memory one call allocated at its peak, above what was allocated before it '
+            '(torch.cuda.max_memory_allocated; torch\'s allocator only). Not measured on the CPU.</p>'
             f'<div class="plots">{"".join(figures)}</div>')
 
 

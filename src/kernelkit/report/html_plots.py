@@ -6,6 +6,9 @@ calibrated ceiling as a dotted line. Rooflines: one per (device, mode): each tim
 FLOPs sits at x = arithmetic intensity (FLOPs / bytes of its cost model) and y = achieved FLOP/s, under the
 bandwidth roof (copy GB/s x intensity) and the compute roof of each dtype's matmul ceiling.
 
+Peak memory: one per (op, dtype, mode, device) whose results carry it: each impl's peak device memory of one call
+against size.
+
 Each point carries its numbers in a <title> (a tooltip without the script) and in data- attributes; only the
 median and p20/p80 of a case reach the page, never its raw samples.
 """
@@ -21,8 +24,10 @@ from rich.text import Text
 
 from kernelkit.measure.measurement import BenchResult
 from kernelkit.measure.stats import Stats
-from kernelkit.report.bench_table import baseline_impls, ceiling_text, format_time
+from kernelkit.report import roofline
+from kernelkit.report.bench_table import baseline_impls, ceiling_text, format_bytes, format_time
 from kernelkit.report.plot import TIME, Metric, ceiling_line, choose_metric, ordered_sizes, plot_groups
+from kernelkit.report.roofline import RooflinePoint
 
 # matplotlib's tab10: distinct, readable on white, and the colours of the report's PNG plots.
 PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22",
@@ -149,11 +154,7 @@ def rate_plot(results: Sequence[BenchResult]) -> str:
     x = lambda i: LEFT + (i + 0.5) * x_step  # noqa: E731 - categorical sizes, each in the middle of its slot
     y = LinearScale(0.0, top, HEIGHT - BOTTOM, TOP)
     parts = _y_axis(y, [(t, f"{t:g}") for t in y.ticks()], f"{metric.label} (median; band p20-p80)")
-    for i, size in enumerate(sizes):
-        label = "x".join(map(str, size))
-        parts.append(f'<text x="{num(x(i))}" y="{HEIGHT - BOTTOM + 14}" text-anchor="end" '
-                     f'transform="rotate(-30 {num(x(i))} {HEIGHT - BOTTOM + 14})">{escape(label)}</text>')
-    parts.append(f'<text x="{(LEFT + WIDTH - RIGHT) / 2}" y="{HEIGHT - 4}" text-anchor="middle">size</text>')
+    parts += _size_axis(sizes, x)
     if ceiling:
         cy = num(y(ceiling[0]))
         parts.append(f'<line class="ceiling" x1="{LEFT}" x2="{WIDTH - RIGHT}" y1="{cy}" y2="{cy}"/>'
@@ -166,6 +167,48 @@ def rate_plot(results: Sequence[BenchResult]) -> str:
         parts.append(_series(impl, points, color, impl in baselines, x, y))
         legend.append((impl, f"{impl} (baseline)" if impl in baselines else impl, color, impl in baselines))
     return _figure(_caption(results), parts, legend, interactive=True)
+
+
+def memory_plots(results: Sequence[BenchResult]) -> list[str]:
+    """One <figure> per (op, dtype, mode, device) whose results carry a peak memory; empty when none does."""
+    return [memory_plot(group) for group in plot_groups(results).values()
+            if any(r.measurement.peak_bytes is not None for r in group)]  # type: ignore[union-attr]
+
+
+def memory_plot(results: Sequence[BenchResult]) -> str:
+    """Peak device memory of one call (measure.memory) against size, a line per impl: quadratic growth shows."""
+    measured = [r for r in results if r.measurement is not None and r.measurement.peak_bytes is not None]
+    sizes = ordered_sizes(measured)
+    baselines = baseline_impls(measured)
+    by_impl: dict[str, list[RatePoint]] = {}
+    for r in measured:
+        peak = r.measurement.peak_bytes  # type: ignore[union-attr]
+        text = f"{r.impl} · {'x'.join(map(str, r.size))} · {r.dtype}\npeak {format_bytes(peak)} above the inputs"
+        by_impl.setdefault(r.impl, []).append(RatePoint(sizes.index(r.size), peak / 2**20, peak / 2**20,
+                                                        peak / 2**20, text))
+    top = max([p.value for points in by_impl.values() for p in points] + [1e-30]) * 1.08
+    x_step = (WIDTH - LEFT - RIGHT) / max(len(sizes), 1)
+    x = lambda i: LEFT + (i + 0.5) * x_step  # noqa: E731 - categorical sizes, as in rate_plot
+    y = LinearScale(0.0, top, HEIGHT - BOTTOM, TOP)
+    parts = _y_axis(y, [(t, f"{t:g}") for t in y.ticks()], "peak memory of one call (MiB)") + _size_axis(sizes, x)
+    legend = []
+    for n, (impl, points) in enumerate(by_impl.items()):
+        color = PALETTE[n % len(PALETTE)]
+        points.sort(key=lambda p: p.slot)
+        parts.append(_series(impl, points, color, impl in baselines, x, y))
+        legend.append((impl, f"{impl} (baseline)" if impl in baselines else impl, color, impl in baselines))
+    return _figure(_caption(measured) + " · peak memory", parts, legend, interactive=True)
+
+
+def _size_axis(sizes: Sequence[tuple[int, ...]], x: Callable[[int], float]) -> list[str]:
+    """The sizes under a categorical x axis, slanted, and the axis's label."""
+    out = []
+    for i, size in enumerate(sizes):
+        label = "x".join(map(str, size))
+        out.append(f'<text x="{num(x(i))}" y="{HEIGHT - BOTTOM + 14}" text-anchor="end" '
+                   f'transform="rotate(-30 {num(x(i))} {HEIGHT - BOTTOM + 14})">{escape(label)}</text>')
+    out.append(f'<text x="{(LEFT + WIDTH - RIGHT) / 2}" y="{HEIGHT - 4}" text-anchor="middle">size</text>')
+    return out
 
 
 def _series(impl: str, points: list[RatePoint], color: str, dashed: bool, x: Callable[[int], float],
@@ -204,29 +247,9 @@ def _point_text(r: BenchResult, s: Stats, metric: Metric, value: float, lo: floa
 # --- roofline ---
 
 
-@dataclass(frozen=True)
-class RooflinePoint:
-    """One timed case on the roofline: intensity in FLOP/byte, rates in TFLOP/s (roof: attainable at ``ai``)."""
-
-    result: BenchResult
-    ai: float
-    achieved: float
-    roof: float | None
-
-
 def roofline_points(results: Sequence[BenchResult]) -> list[RooflinePoint]:
-    """The timed results that have both bytes and FLOPs, placed on the roofline."""
-    out = []
-    for r in results:
-        m = r.measurement
-        if m is None or not m.samples or not m.bytes or not m.flops or (median := m.median) <= 0:
-            continue
-        ai = m.flops / m.bytes
-        c = m.ceiling
-        roofs = [v for v in ((c.bandwidth_gbps * ai / 1e3) if c and c.bandwidth_gbps else None,
-                             c.tflops if c and c.tflops else None) if v is not None]
-        out.append(RooflinePoint(r, ai, m.flops / median / 1e12, min(roofs) if roofs else None))
-    return out
+    """The timed results that have both bytes and FLOPs, placed on the roofline (report.roofline)."""
+    return roofline.points(list(results))
 
 
 def roofline_plots(results: Sequence[BenchResult]) -> list[str]:
@@ -240,12 +263,7 @@ def roofline_plots(results: Sequence[BenchResult]) -> list[str]:
 def roofline_plot(points: Sequence[RooflinePoint]) -> str:
     """Intensity against achieved FLOP/s on log axes, under the bandwidth roof and each dtype's compute roof."""
     ceilings = [p.result.measurement.ceiling for p in points if p.result.measurement.ceiling]  # type: ignore[union-attr]
-    bandwidths = [c.bandwidth_gbps for c in ceilings if c.bandwidth_gbps]
-    bw = max(set(bandwidths), key=bandwidths.count) if bandwidths else None  # one device: one copy ceiling
-    peaks: dict[float, list[str]] = {}  # one roof per rate: fp16 and bf16 often share one
-    for c in ceilings:
-        if c.tflops and (c.flops_kind or "matmul") not in peaks.setdefault(c.tflops, []):
-            peaks[c.tflops].append(c.flops_kind or "matmul")
+    bw, peaks = roofline.compute_roofs(list(points))
     ridges = [peak / bw * 1e3 for peak in peaks] if bw else []
     xs = [p.ai for p in points] + ridges
     ys = [p.achieved for p in points] + list(peaks)
@@ -306,6 +324,8 @@ def _roof_text(p: RooflinePoint) -> str:
              f"intensity {p.ai:.4g} FLOP/byte", f"achieved {si(p.achieved * 1e12, 'FLOP/s')}"]
     if p.roof:
         lines.append(f"roof {si(p.roof * 1e12, 'FLOP/s')}: {p.achieved / p.roof:.1%} of it")
+    if p.binding.bound:
+        lines.append(f"{p.binding.bound}-bound" + (f" (ridge at {p.ridge:.3g} FLOP/byte)" if p.ridge else ""))
     return "\n".join(lines)
 
 

@@ -17,7 +17,9 @@ from kernelkit.measure.measurement import BenchResult
 from kernelkit.measure.stats import Ratio
 from kernelkit.report.bench_table import (
     baseline_impls,
+    bound_text,
     ceiling_text,
+    format_bytes,
     format_time,
     notes_text,
     ordered_results,
@@ -85,6 +87,8 @@ def results_table(results: Sequence[BenchResult], run_command: str) -> str:
     hidden = {name for name, values in (("op", {r.op for r in results}), ("mode", {r.mode for r in results}))
               if len(values) < 2}
     hidden |= {f"vs {b}" for b in BASELINES if not any(b in r.speedups for r in results)}
+    hidden |= set() if any(bound_text(r.measurement) for r in results) else {"bound"}
+    hidden |= set() if any(r.measurement and r.measurement.peak_bytes is not None for r in results) else {"peak mem"}
     columns = [c for c in (rows[0] if rows else {"impl": ""}) if c not in hidden]
     body = ("<tr>" + "".join(row[c] for c in columns) + "</tr>" for row in rows)
     return table("results-table", columns, body, filter_hint="filter rows: e.g. softmax float16 triton")
@@ -113,6 +117,8 @@ def _result_cells(r: BenchResult, baseline: bool, repro: str) -> dict[str, str]:
         "n": cell(s.n if s else "", s.n if s else None, "num"),
         "GB/s": cell(rate_text(gbps), gbps, "num"),
         "TFLOP/s": cell(rate_text(tflops), tflops, "num"),
+        "bound": cell(bound_text(m)),
+        "peak mem": cell(format_bytes(m.peak_bytes if m else None), m.peak_bytes if m else None, "num"),
         "% of ceiling": cell(pct, max(pcts) if pcts else None, "num suspect" if pct.startswith("SUSPECT") else "num"),
         **{f"vs {b}": speedup_cell(r.speedups.get(b)) for b in BASELINES},
         "notes": clipped(notes_text(m) if m else r.message),

@@ -48,27 +48,47 @@ TIME = Metric("time", "time per call (µs)")
 
 
 def plot_results(results: Sequence[BenchResult], out_dir: str | Path, *, ceilings: Ceilings = None) -> list[Path]:
-    """Draw one figure per (op, dtype, mode) of the timed results and save it as ``<op>_<dtype>_<mode>.png/.svg``
-    (``_<device>`` appended when the results come from more than one device).
+    """Draw the figures of the timed results and save each as PNG and SVG in ``out_dir``:
 
-    ``ceilings`` fills in the ceiling line where the results carry none (results of an uncalibrated run).
-    Returns the written paths, PNG then SVG for each figure. Raises BackendUnavailable without matplotlib.
+    - ``<op>_<dtype>_<mode>``: the achieved rate against size, one line per impl (build_figure);
+    - ``<op>_<dtype>_<mode>_roofline``: intensity against achieved FLOP/s under the calibrated ceilings, when the
+      cost model gives bytes and FLOPs; ``roofline_<mode>``: every op on one roofline, when there are several;
+    - ``<op>_<dtype>_<mode>_memory``: each impl's peak device memory against size, when it was measured.
+
+    ``_<device>`` is appended when the results come from more than one device. ``ceilings`` fills in the rate
+    figures' ceiling line where the results carry none (results of an uncalibrated run). Returns the written
+    paths, PNG then SVG for each figure. Raises BackendUnavailable without matplotlib.
     """
-    matplotlib = _import_matplotlib()
+    from kernelkit.report.roofline_plot import build_roofline_figure, roofline_groups
+
+    _import_matplotlib()
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    paths = []
+    paths: list[Path] = []
     groups = plot_groups(results)
     several_devices = len({device for *_, device in groups}) > 1
     for (op, dtype, mode, device), group in groups.items():
-        fig = build_figure(group, ceilings=ceilings)
-        stem = _safe(f"{op}_{dtype}_{mode}" + (f"_{device}" if several_devices else ""))
-        # Text stays text in the SVG (searchable, selectable); rc_context restores the setting afterwards.
-        with matplotlib.rc_context({"svg.fonttype": "none", "svg.hashsalt": "kernelkit"}):
-            for ext, metadata in (("png", {}), ("svg", {"Date": None})):
-                path = out / f"{stem}.{ext}"
-                fig.savefig(path, format=ext, dpi=120, metadata=metadata)
-                paths.append(path)
+        suffix = f"_{device}" if several_devices else ""
+        paths += _save(build_figure(group, ceilings=ceilings), out, f"{op}_{dtype}_{mode}{suffix}")
+        if any(r.measurement.peak_bytes is not None for r in group):  # type: ignore[union-attr]
+            paths += _save(build_memory_figure(group), out, f"{op}_{dtype}_{mode}_memory{suffix}")
+    for key, found in roofline_groups(results).items():
+        combined = len(key) == 2
+        stem = f"roofline_{key[0]}" if combined else f"{key[0]}_{key[1]}_{key[2]}_roofline"
+        paths += _save(build_roofline_figure(found, combined=combined), out,
+                       stem + (f"_{key[-1]}" if several_devices else ""))
+    return paths
+
+
+def _save(fig: Figure, out: Path, stem: str) -> list[Path]:
+    """``fig`` as <stem>.png and <stem>.svg; text stays text in the SVG (searchable), with no date in it."""
+    matplotlib = _import_matplotlib()
+    paths = []
+    with matplotlib.rc_context({"svg.fonttype": "none", "svg.hashsalt": "kernelkit"}):  # restored afterwards
+        for ext, metadata in (("png", {}), ("svg", {"Date": None})):
+            path = out / f"{_safe(stem)}.{ext}"
+            fig.savefig(path, format=ext, dpi=120, metadata=metadata)
+            paths.append(path)
     return paths
 
 
@@ -115,6 +135,37 @@ def build_figure(results: Sequence[BenchResult], *, ceilings: Ceilings = None) -
     if timed:
         ax.legend(loc="best", fontsize="small")
     ax.set_title(_title(timed), fontsize="medium")
+    return fig
+
+
+def build_memory_figure(results: Sequence[BenchResult]) -> Figure:
+    """Peak device memory of one call (measure.memory) against size, a line per impl (baselines dashed): what grows
+    as the square of the size (a materialized score matrix) stands apart from what grows linearly."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    measured = [r for r in results if r.measurement is not None and r.measurement.peak_bytes is not None]
+    fig = Figure(figsize=(8, 5), layout="constrained")
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot()
+    sizes = ordered_sizes(measured)
+    baselines = baseline_impls(measured)
+    for impl, rows in _by_impl(measured).items():
+        rows.sort(key=lambda r: sizes.index(r.size))
+        dashed = impl in baselines
+        ax.plot([sizes.index(r.size) for r in rows], [r.measurement.peak_bytes / 2**20 for r in rows],  # type: ignore[union-attr]
+                marker="o", linestyle="--" if dashed else "-", label=f"{impl} (baseline)" if dashed else impl)
+    ax.set_xticks(range(len(sizes)), ["x".join(map(str, s)) for s in sizes], rotation=30 if len(sizes) > 4 else 0)
+    ax.set_xlabel("size")
+    ax.set_ylabel("peak device memory of one call (MiB)")
+    if measured and max(r.measurement.peak_bytes for r in measured) > 0:  # type: ignore[union-attr]
+        ax.set_yscale("symlog", linthresh=1.0)  # MiB to GiB on one axis; zero stays drawable
+    ax.set_ylim(bottom=0)
+    ax.grid(True, alpha=0.3)
+    if measured:
+        ax.legend(loc="best", fontsize="small")
+    ax.set_title(_title(measured).replace(" mode ·", " mode · peak memory ·", 1) +
+                 "\nabove what was allocated before the call (torch.cuda.max_memory_allocated)", fontsize="medium")
     return fig
 
 
