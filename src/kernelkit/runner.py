@@ -1,27 +1,34 @@
 """Run jobs in isolated worker processes: a crash, hang or poisoned CUDA context ends one job, not the run.
 
-Workers are spawned (never forked: a forked CUDA context is unusable) and reused from job to job until one dies,
-hangs or loses its CUDA context; then it is replaced and the run goes on. ``check`` and ``run_cases`` run one
-CheckJob per case; the benchmark (jobs/bench.py) sends its own jobs to a Worker.
+Workers are spawned (never forked: a forked CUDA context is unusable), each in a session of its own. A worker is
+reused for the next job only while the last one left it clean: after every job the worker compares its process
+state with the one before (hygiene.py: cwd, environment, threads, torch's switches, memory, processes it started,
+the CUDA context) and is replaced when anything changed, when it dies, hangs or loses its CUDA context; the run goes
+on. A replaced worker is killed with its whole process group. A dead worker is told by its exit (its process
+sentinel), not by its pipe, which a process it started may still hold. ``check`` and ``run_cases`` run one CheckJob
+per case; the benchmark (jobs/bench.py) sends its own jobs to a Worker.
 """
 
 from __future__ import annotations
 
 import faulthandler
+import math
 import multiprocessing
 import multiprocessing.connection
 import os
+import resource
 import signal
 import sys
 import tempfile
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 
-from kernelkit import backends
-from kernelkit.errors import SpecError
+from kernelkit import backends, hygiene
+from kernelkit.errors import SpecError, describe_exception
 from kernelkit.jobs import Job, JobResult
 from kernelkit.jobs.check import CheckJob
 from kernelkit.results import CaseResult, Status
@@ -29,9 +36,13 @@ from kernelkit.spec import Case, Size
 from kernelkit.target import open_target
 
 DEFAULT_TIMEOUT = 60.0
+BUILD_TIMEOUT_ENV = "KERNELKIT_BUILD_TIMEOUT"
 BUILD_TIMEOUT = 900.0  # loading the op and building its kernels (a cold load_inline build takes a minute)
 STARTUP_TIMEOUT = 300.0  # importing torch, triton and numba on a slow, busy machine
 LOG_TAIL_CHARS = 4000
+DEATH_POLL_S = 0.25  # how often a busy worker's exit status is looked at
+LOG_READ_BYTES = 4 * LOG_TAIL_CHARS  # the most of a worker's log ever read: its tail, however much was printed
+MAX_MEMORY_ENV = "KERNELKIT_MAX_MEMORY"  # bytes a worker may hold (--max-memory); workers read it when they start
 
 OnResult = Callable[[CaseResult], None]
 _BUILT = "built"  # the worker's message between a case's build and its run
@@ -87,8 +98,7 @@ def run_cases(
     on_result: OnResult | None = None,
 ) -> RunReport:
     """Run ``cases`` one after another; Ctrl-C stops cleanly and returns what finished."""
-    if timeout <= 0:
-        raise SpecError(f"--timeout must be positive, got {timeout}")
+    check_timeout(timeout)
     report = RunReport(device=device, planned=len(cases))
     with tempfile.TemporaryDirectory(prefix="kernelkit-") as tmp:
         worker = Worker(device, Path(tmp) / "worker.log") if isolate else None
@@ -107,8 +117,24 @@ def run_cases(
     return report
 
 
+def check_timeout(timeout: float, flag: str = "--timeout") -> None:
+    """SpecError unless ``timeout`` is a positive, finite number of seconds."""
+    if not (isinstance(timeout, (int, float)) and math.isfinite(timeout) and timeout > 0):
+        raise SpecError(f"{flag} must be positive and finite (seconds), got {timeout}")
+
+
+def build_timeout() -> float:
+    """Seconds for loading an op and building its kernels: $KERNELKIT_BUILD_TIMEOUT, else BUILD_TIMEOUT."""
+    try:
+        seconds = float(os.environ.get(BUILD_TIMEOUT_ENV, BUILD_TIMEOUT))
+    except ValueError:
+        return BUILD_TIMEOUT
+    return seconds if math.isfinite(seconds) and seconds > 0 else BUILD_TIMEOUT
+
+
 class Worker:
-    """One spawned worker process at a time, replaced whenever it dies, hangs or loses its CUDA context."""
+    """One spawned worker process at a time (in its own session), replaced whenever it dies, hangs, loses its CUDA
+    context or is left changed by a job (``replaced`` counts the replacements)."""
 
     def __init__(self, device: str, log_path: Path) -> None:
         self.device = device
@@ -116,8 +142,11 @@ class Worker:
         self.process: multiprocessing.process.BaseProcess | None = None
         self.conn: multiprocessing.connection.Connection | None = None
 
-    def run(self, job: Job, timeout: float) -> JobResult:
-        """``job`` run in the worker; ``timeout`` seconds for the job once it is built (``on_built``)."""
+    replaced = 0
+
+    def run(self, job: Job, timeout: float, limit: str = "") -> JobResult:
+        """``job`` run in the worker; ``timeout`` seconds for the job once it is built (``on_built``). ``limit``
+        names that limit and the flag that moves it, for a TIMEOUT's message (default: the case's --timeout)."""
         if self.process is None:
             problem = self._start()
             if problem:
@@ -126,34 +155,64 @@ class Worker:
         offset = self.log_path.stat().st_size if self.log_path.exists() else 0
         self.conn.send(job)
         # Two clocks: loading the op and building its kernels, then the job itself (see Job.execute's on_built).
-        reply = self._await(job, BUILD_TIMEOUT, "while loading the op and building its kernels")
+        building = build_timeout()
+        reply = self._await(job, building, f" while loading the op and building its kernels (the build limit; set "
+                            f"{BUILD_TIMEOUT_ENV}=SECONDS to move it, if the build is only slow)")
         if reply == _BUILT:
-            reply = self._await(job, timeout, "")
+            limit = limit or getattr(job, "limit", "") or f"the case limit, --timeout {timeout:g}"
+            reply = self._await(job, timeout, f" ({limit}; raise it if the case is only slow)")
+        changed: list[str] = []
+        if isinstance(reply, tuple) and len(reply) == 2:  # (result, what the job left changed in the worker)
+            reply, changed = reply
         if not hasattr(reply, "status"):  # not a result: the worker's protocol is broken, the worker is suspect
             self._discard()
             reply = job.failed(self.device, Status.CRASHED, f"the worker sent {reply!r} instead of a result")
         result: JobResult = reply
         if result.status.failed:
             result.log = self._log_since(offset)
-        if result.details.get("context_lost"):
+        if changed:
+            _warn(result, f"it left its worker changed ({'; '.join(changed)}); the worker was replaced, so the next "
+                  "case starts from a clean process")
+        if changed or result.details.get("context_lost"):
             self._discard()
+            self.replaced += 1
         return result
 
-    def _await(self, job: Job, seconds: float, phase: str) -> object:
-        """The worker's next message; a TIMEOUT or CRASHED result when none comes (the worker is discarded)."""
-        assert self.conn is not None
-        if self.conn.poll(seconds):
+    def _await(self, job: Job, seconds: float, which: str) -> object:
+        """The worker's next message; a TIMEOUT or CRASHED result when none comes (the worker is discarded).
+
+        The worker's death is told by its exit status (waitpid), looked at every DEATH_POLL_S: a process it forked
+        holds its pipe and its sentinel open after it died.
+        """
+        assert self.conn is not None and self.process is not None
+        ready = self._wait(seconds)
+        if ready and self.conn.poll():
             try:
                 return self.conn.recv()
             except (EOFError, OSError):
-                message = self._death_message()
-                self._discard()
-                return job.failed(self.device, Status.CRASHED, message)
+                pass
+        if ready:
+            message = self._death_message()
+            self._discard()
+            self.replaced += 1
+            return job.failed(self.device, Status.CRASHED, message)
         self._discard()
-        hint = "raise --timeout if the case is only slow" if not phase else "a build that never ends?"
-        during = f" {phase}" if phase else ""
-        return job.failed(self.device, Status.TIMEOUT, f"no result after {seconds:g} s{during}; the worker was killed "
-                          f"({hint})")
+        self.replaced += 1
+        return job.failed(self.device, Status.TIMEOUT, f"no result after {seconds:g} s{which}; the worker was killed "
+                          "with every process it started")
+
+    def _wait(self, seconds: float) -> bool:
+        """True as soon as the worker sent a message or exited; False after ``seconds`` with neither."""
+        assert self.conn is not None and self.process is not None
+        deadline = time.monotonic() + seconds
+        while True:
+            left = deadline - time.monotonic()
+            if multiprocessing.connection.wait([self.conn, self.process.sentinel], min(max(left, 0), DEATH_POLL_S)):
+                return True
+            if self.process.exitcode is not None:
+                return True
+            if left <= 0:
+                return False
 
     def _start(self) -> str:
         ctx = multiprocessing.get_context("spawn")
@@ -162,7 +221,7 @@ class Worker:
         self.process.start()
         child.close()
         self.conn = parent
-        if parent.poll(STARTUP_TIMEOUT):
+        if self._wait(STARTUP_TIMEOUT) and parent.poll():
             try:
                 parent.recv()
                 return ""
@@ -187,15 +246,20 @@ class Worker:
         return f"the worker exited with code {code}; see the log below"
 
     def _log_since(self, offset: int) -> str:
+        """The tail of what the worker printed since ``offset``: at most LOG_READ_BYTES are read, however much."""
         try:
             with open(self.log_path, "rb") as f:
-                f.seek(offset)
-                text = f.read().decode(errors="replace")
+                end = f.seek(0, os.SEEK_END)
+                f.seek(max(offset, end - LOG_READ_BYTES))
+                text = f.read(LOG_READ_BYTES).decode(errors="replace")
         except OSError:
             return ""
         return text[-LOG_TAIL_CHARS:]
 
     def _discard(self) -> None:
+        """Kill the worker and every process it started (its process group), and forget it."""
+        if self.process is not None and self.process.pid is not None:
+            hygiene.kill_group(self.process.pid)  # the worker leads its own group (hygiene.own_session)
         if self.process is not None and self.process.is_alive():
             self.process.kill()
             self.process.join(timeout=10)
@@ -214,11 +278,13 @@ class Worker:
 
 
 def _worker_main(conn: multiprocessing.connection.Connection, device: str, log_path: str) -> None:
-    """The worker loop: receive a job, send back its result; None means stop."""
+    """The worker loop: receive a job, send back its result and what it left changed; None means stop."""
+    hygiene.own_session()  # first: the runner kills this process with all it starts, as one group
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
     _redirect_output(log_path)
     faulthandler.enable()  # a segfault prints the Python stack (the user's line) into the log
     backends.prepare_process(device)
+    _limit_memory(device)
     conn.send("ready")
     while True:
         try:
@@ -227,12 +293,51 @@ def _worker_main(conn: multiprocessing.connection.Connection, device: str, log_p
             return
         if job is None:
             return
-        result = job.execute(device, lambda: conn.send(_BUILT))
+        before = hygiene.snapshot(device)
+        try:
+            result = job.execute(device, lambda: conn.send(_BUILT))
+        except Exception as exc:  # noqa: BLE001 - a job's own failure is its result, the worker lives on
+            result = job.failed(device, Status.RUNTIME_ERROR, f"kernelkit's worker failed: {describe_exception(exc)}")
         sys.stdout.flush()
         sys.stderr.flush()
-        conn.send(result)
-        if result.details.get("context_lost"):
+        changed = hygiene.changes(before, hygiene.snapshot(device))
+        conn.send((result, changed))
+        if result.details.get("context_lost") or changed:
             return
+
+
+def _limit_memory(device: str) -> None:
+    """--max-memory ($KERNELKIT_MAX_MEMORY, bytes): on the CPU an address-space limit on this process (the bytes
+    on top of what it holds once started); on a GPU the caching allocator's share of the device's memory."""
+    try:
+        limit = int(os.environ.get(MAX_MEMORY_ENV, "0"))
+    except ValueError:
+        return
+    if limit <= 0:
+        return
+    if device == "cuda":
+        total = torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory
+        torch.cuda.set_per_process_memory_fraction(min(1.0, limit / total))
+        return
+    held = _address_space()
+    if held:
+        resource.setrlimit(resource.RLIMIT_AS, (held + limit, resource.RLIM_INFINITY))
+
+
+def _address_space() -> int:
+    try:
+        with open("/proc/self/statm", "rb") as f:
+            return int(f.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def _warn(result: JobResult, text: str) -> None:
+    """Add ``text`` to the warnings of ``result`` (a case's, or every result of a bench job's outcome)."""
+    for each in getattr(result, "results", None) or [result]:
+        notes = getattr(each, "warnings", None)
+        if isinstance(notes, list) and text not in notes:
+            notes.append(text)
 
 
 def _redirect_output(log_path: str) -> None:

@@ -1,0 +1,147 @@
+"""What a case may leave behind in its worker process, and how a worker tells.
+
+A worker is reused from case to case only while every case leaves it as it found it. After each job the worker
+compares a ``snapshot`` of its process state (working directory, environment, thread counts, torch's global
+switches, memory, processes it started, the CUDA context) with the one taken before the job; ``changes`` names
+what differs, and the runner then replaces the worker, so the next case starts from a clean process. Taking a
+snapshot costs well under a millisecond; replacing a worker costs a process start (torch's import, seconds), paid
+only after a case that changed something.
+
+Workers also run in a session of their own (``os.setsid`` first thing), so that the runner can kill the worker
+with every process it started (``kill_group``), not the worker alone.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+# Memory a case may leave allocated in the worker before it is replaced: more than caches and lazily imported
+# libraries take (inductor's import is a few hundred MB), less than a leak that starves the next case.
+RSS_GROWTH_LIMIT = 1 << 30
+GPU_GROWTH_LIMIT = 1 << 30
+
+
+@dataclass
+class Snapshot:
+    """The process state a case must leave as it found it (``memory`` and ``gpu_memory`` may grow a little)."""
+
+    cwd: str
+    env: dict[str, str]
+    switches: dict[str, Any]
+    threads: int
+    memory: int
+    gpu_memory: int
+    children: list[int] = field(default_factory=list)
+
+
+def snapshot(device: str) -> Snapshot:
+    """This process's state now."""
+    import torch
+
+    try:
+        cwd = os.getcwd()
+    except OSError:  # the directory was removed under us
+        cwd = "<removed>"
+    switches = {
+        "torch threads": torch.get_num_threads(),
+        "torch interop threads": torch.get_num_interop_threads(),
+        "default dtype": str(torch.get_default_dtype()),
+        "grad mode": torch.is_grad_enabled(),
+        "deterministic algorithms": torch.are_deterministic_algorithms_enabled(),
+        "umask": _umask(),
+        "SIGINT handler": str(signal.getsignal(signal.SIGINT)),
+    }
+    gpu = 0
+    if device == "cuda" and torch.cuda.is_initialized():
+        switches["tf32 matmul"] = torch.backends.cuda.matmul.allow_tf32
+        switches["cuda device"] = torch.cuda.current_device()
+        gpu = torch.cuda.memory_allocated()
+    return Snapshot(cwd, dict(os.environ), switches, threading.active_count(), resident_bytes(), gpu,
+                    group_members())
+
+
+def changes(before: Snapshot, after: Snapshot) -> list[str]:
+    """What differs, one short phrase each (empty when the process is as it was)."""
+    found = []
+    if before.cwd != after.cwd:
+        found.append(f"cwd={after.cwd}")
+    keys = sorted(set(before.env) | set(after.env))
+    changed_env = [k for k in keys if before.env.get(k) != after.env.get(k)]
+    for key in changed_env[:4]:
+        found.append(f"{key}={_short(after.env[key])}" if key in after.env else f"{key} unset")
+    if len(changed_env) > 4:
+        found.append(f"{len(changed_env) - 4} more environment variables")
+    for name, value in after.switches.items():
+        if before.switches.get(name) != value:
+            found.append(f"{name}={value}")
+    if after.threads > before.threads:
+        found.append(f"{after.threads - before.threads} Python thread(s) still running")
+    if after.memory - before.memory > RSS_GROWTH_LIMIT:
+        found.append(f"{(after.memory - before.memory) / 2**30:.1f} GiB more memory held")
+    if after.gpu_memory - before.gpu_memory > GPU_GROWTH_LIMIT:
+        found.append(f"{(after.gpu_memory - before.gpu_memory) / 2**30:.1f} GiB more GPU memory held")
+    left = [p for p in after.children if p not in before.children]
+    if left:
+        found.append(f"{len(left)} process(es) it started still running")
+    return found
+
+
+def resident_bytes() -> int:
+    """This process's resident memory in bytes (0 where /proc is missing)."""
+    try:
+        with open("/proc/self/statm", "rb") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def group_members(group: int | None = None) -> list[int]:
+    """Processes of process group ``group`` (default: this process's), this process excluded; [] without /proc."""
+    group = os.getpgrp() if group is None else group
+    me = os.getpid()
+    found = []
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return []
+    for name in names:
+        if not name.isdigit() or int(name) == me:
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as f:
+                fields = f.read().rsplit(b")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if len(fields) > 2 and int(fields[2]) == group and fields[0] != b"Z":
+            found.append(int(name))
+    return found
+
+
+def kill_group(pid: int) -> None:
+    """SIGKILL process group ``pid`` (a worker that leads its own session, and everything it started)."""
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def own_session() -> None:
+    """Lead a new session (and process group), so the runner can kill this process with its children."""
+    try:
+        os.setsid()
+    except OSError:  # already a group leader
+        pass
+
+
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def _short(value: str) -> str:
+    return value if len(value) <= 40 else value[:37] + "..."
