@@ -35,7 +35,9 @@ BENCH_SIZES = [(8192, 1000), (4096, 4096), (32768, 4096), (8192, 8192), (1024, 6
 
 # Reference. bytes: read MN + write MN elements, what a fused kernel moves (the ideal). The five-pass eager
 # version below moves 5MN + M reads and 3MN + 2M writes (as the lecture counts them), 4x the ideal.
-# No flops: softmax is memory-bound, and its exps run on the special-function units, not as FMAs.
+# flops: 5 per element (max, subtract, exp, sum, scale), an exp counted as one although it runs on the
+# special-function units: enough to place softmax on the roofline (intensity 5 / (2 x itemsize)), far left of
+# any ridge: memory-bound.
 @op(
     # Edges: odd shape with rows unaligned to 16 bytes; one long row (a block boundary plus one); the square;
     # a row too long for one block (online paths); one past the register limit; 3-D with rows of 1000.
@@ -43,6 +45,7 @@ BENCH_SIZES = [(8192, 1000), (4096, 4096), (32768, 4096), (8192, 8192), (1024, 6
     cpu_sizes=CPU_SIZES,
     dtypes=FP,
     bytes=lambda x: 2 * x.numel() * x.element_size(),
+    flops=lambda x: 5 * x.numel(),
     bench_sizes=BENCH_SIZES,
 )
 def softmax(x: torch.Tensor) -> torch.Tensor:
@@ -57,7 +60,8 @@ def backward_inputs(size: Size, dtype: torch.dtype, device: torch.device, seed: 
     return y, seeded_normal(size, dtype, device, seed * 1009 + 1)
 
 
-# Reference. bytes: read y and dy (2MN), write dx (MN) elements.
+# Reference. bytes: read y and dy (2MN), write dx (MN) elements. flops: 4 per element (y * dy, its row sum,
+# dy - sum, y * that).
 @op(
     # As the forward's, with one past the backward's register limit (16384) in place of the forward's.
     sizes=[(1823, 781), (1, 4097), (4096, 4096), (64, 262144), (37, 16385), (8, 3, 1000)],
@@ -65,6 +69,7 @@ def backward_inputs(size: Size, dtype: torch.dtype, device: torch.device, seed: 
     dtypes=FP,
     inputs=backward_inputs,
     bytes=lambda y, dy: 3 * y.numel() * y.element_size(),
+    flops=lambda y, dy: 4 * y.numel(),
     bench_sizes=BENCH_SIZES,
 )
 def softmax_backward(y: torch.Tensor, dy: torch.Tensor) -> torch.Tensor:
