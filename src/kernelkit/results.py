@@ -88,6 +88,7 @@ class CaseResult:
     log: str = ""  # the tail of what the worker printed, kept when a case fails
     details: dict[str, Any] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)  # what the worker warned about while it checked the case
+    gpu: int | None = None  # the GPU that ran it, in a run spread over several (--gpus, --ray); else None
 
     @property
     def case_id(self) -> str:

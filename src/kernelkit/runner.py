@@ -21,9 +21,10 @@ import signal
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -34,6 +35,9 @@ from kernelkit.jobs.check import CheckJob
 from kernelkit.results import CaseResult, Status
 from kernelkit.spec import Case, Size
 from kernelkit.target import open_target
+
+if TYPE_CHECKING:
+    from kernelkit.scale.slots import GpuSpec
 
 DEFAULT_TIMEOUT = 60.0
 BUILD_TIMEOUT_ENV = "KERNELKIT_BUILD_TIMEOUT"
@@ -80,12 +84,20 @@ def check(
     timeout: float = DEFAULT_TIMEOUT,
     isolate: bool = True,
     on_result: OnResult | None = None,
+    gpus: GpuSpec = None,
+    ray: str | None = None,
 ) -> RunReport:
     """Check every case of ``target`` (a built-in op name or a .py file) against its reference.
 
     Each case runs in a worker process with a per-case ``timeout`` in seconds; see README for the tolerance rule.
+    gpus ('all', 2, '0,1'): the cases spread over one worker per GPU; ray ('auto', 'local', an address): over a
+    Ray cluster's GPUs (see kernelkit.scale). Each result then records the GPU that ran it.
     """
     dev, cases = plan(target, impls=impls, device=device, sizes=sizes, dtypes=dtypes, seeds=seeds)
+    if gpus is not None or ray is not None:
+        from kernelkit.scale import check_spread
+
+        return check_spread(cases, dev, gpus=gpus, ray=ray, timeout=timeout, on_result=on_result)
     return run_cases(cases, dev, timeout=timeout, isolate=isolate, on_result=on_result)
 
 
@@ -136,9 +148,10 @@ class Worker:
     """One spawned worker process at a time (in its own session), replaced whenever it dies, hangs, loses its CUDA
     context or is left changed by a job (``replaced`` counts the replacements)."""
 
-    def __init__(self, device: str, log_path: Path) -> None:
+    def __init__(self, device: str, log_path: Path, env: Mapping[str, str] | None = None) -> None:
         self.device = device
         self.log_path = log_path
+        self.env = dict(env or {})  # set in the worker before it touches the device (CUDA_VISIBLE_DEVICES)
         self.process: multiprocessing.process.BaseProcess | None = None
         self.conn: multiprocessing.connection.Connection | None = None
 
@@ -217,7 +230,8 @@ class Worker:
     def _start(self) -> str:
         ctx = multiprocessing.get_context("spawn")
         parent, child = ctx.Pipe()
-        self.process = ctx.Process(target=_worker_main, args=(child, self.device, str(self.log_path)), daemon=True)
+        self.process = ctx.Process(target=_worker_main, args=(child, self.device, str(self.log_path), self.env),
+                                   daemon=True)
         self.process.start()
         child.close()
         self.conn = parent
@@ -277,9 +291,11 @@ class Worker:
         self._discard()
 
 
-def _worker_main(conn: multiprocessing.connection.Connection, device: str, log_path: str) -> None:
+def _worker_main(conn: multiprocessing.connection.Connection, device: str, log_path: str,
+                 env: Mapping[str, str] | None = None) -> None:
     """The worker loop: receive a job, send back its result and what it left changed; None means stop."""
     hygiene.own_session()  # first: the runner kills this process with all it starts, as one group
+    os.environ.update(env or {})  # before CUDA starts: it reads CUDA_VISIBLE_DEVICES once, at its first call
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
     _redirect_output(log_path)
     faulthandler.enable()  # a segfault prints the Python stack (the user's line) into the log

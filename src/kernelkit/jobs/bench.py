@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import tempfile
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from math import prod
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +35,7 @@ from kernelkit.measure.measurement import BenchResult
 from kernelkit.measure.stats import speedup
 from kernelkit.measure.timer import Contender, MeasureFailure, Settings
 from kernelkit.results import CaseResult, Status
+from kernelkit.scale import GpuSpec, Spread
 from kernelkit.spec import BASELINES, Case, Impl, Op, Size, dtype_name, parse_dtype
 from kernelkit.target import load, make_cases, open_target
 
@@ -254,13 +256,16 @@ def bench_op(
     store: Any = None,
     command: str = "",
     on_result: OnBenchResult | None = None,
+    gpus: GpuSpec = None,
+    ray: str | None = None,
 ) -> SweepReport:
     """Benchmark ``target`` (a built-in op name or a .py file): every impl (or ``impls``) at every size and dtype.
 
     sizes: default the op's bench_sizes (cpu_sizes on the CPU). budget: seconds of sampling per contender and
     case (default 10 on a GPU, 0.3 on the CPU). graph_warm: graph mode without rotating input copies. store: a
     store.Store to record the run in. Each (size, dtype) runs in a worker process: a crash or hang there ends that
-    group, not the sweep.
+    group, not the sweep. gpus ('all', 2, '0,1'): the groups spread over one worker per GPU; ray ('auto', 'local',
+    an address): over a Ray cluster's GPUs (see kernelkit.scale); each result then records its GPU.
     """
     opened = open_target(target, device)
     dev, source, ops = opened.device, opened.source, opened.ops
@@ -268,10 +273,13 @@ def bench_op(
     settings = Settings(mode=mode, budget=spend, rse_target=rse_target, graph_warm=graph_warm)
     report = SweepReport(device=dev, mode=mode)
     groups = plan_groups(source, ops, dev, impls, sizes, dtypes, baselines)
+    spread = Spread.of(gpus, ray, dev)  # None: one worker in this process
     if store is not None:
         from kernelkit.measure.host import fingerprint
 
         report.env = fingerprint(source if source.endswith(".py") else None)
+        if spread is not None:
+            report.env.update(spread.describe(report.env.get("user_file")))
         report.run_id = store.begin_run(command, report.env, op=",".join(o.name for o in ops), mode=mode, device=dev)
 
     def emit(result: BenchResult) -> None:
@@ -285,7 +293,9 @@ def bench_op(
     with tempfile.TemporaryDirectory(prefix="kernelkit-bench-") as tmp:
         worker = runner.Worker(dev, Path(tmp) / "worker.log")
         try:
-            for group in groups:
+            if spread is not None:
+                spread.run([BenchGroupRun(g, settings, dev, timeout) for g in groups], emit)
+            for group in groups if spread is None else ():
                 _run_group(worker, group, settings, dev, timeout, emit)
         except KeyboardInterrupt:
             report.interrupted, status = True, "interrupted"
@@ -343,23 +353,70 @@ def _run_group(
     worker: runner.Worker, group: BenchGroup, settings: Settings, device: str, timeout: float, emit: OnBenchResult,
 ) -> None:
     """Check the group's cases; time those that passed, with the baselines; emit every result."""
-    passed: list[tuple[str, str]] = [("eager", "baseline")] if group.eager else []
-    for case in group.cases:
-        role = "baseline" if case.impl in BASELINES else "impl"
-        checked: CaseResult = worker.run(CheckJob(case), timeout)
-        if checked.status is Status.PASSED:
-            passed.append((case.impl, role))
-            continue
-        emit(BenchResult(case.op, case.impl, checked.backend, case.size, case.dtype, device, settings.mode,
-                         checked.status, role=role, message=_gate_message(checked), details=checked.details))
-    if not passed:
-        return
-    job = BenchJob(group.source, group.op, group.size, group.dtype, 0, tuple(passed), settings)
-    outcome: BenchOutcome = worker.run(job, job.timeout)
-    for result in outcome.results:
-        if result.status.failed and outcome.log:
-            result.details.setdefault("log", outcome.log)
-        emit(result)
+    run = BenchGroupRun(group, settings, device, timeout)
+    while (step := run.next_job()) is not None:
+        job, seconds = step
+        for result in run.take(job, worker.run(job, seconds)):
+            emit(result)
+
+
+@dataclass
+class BenchGroupRun:
+    """A BenchGroup's jobs, one at a time (scale.shard.GroupRun): each case's check, then one BenchJob timing
+    those that passed together with the baselines. Moved to another worker midway, it goes on where it stopped."""
+
+    group: BenchGroup
+    settings: Settings
+    device: str
+    timeout: float
+    checked: int = 0  # cases of the group checked so far
+    passed: list[tuple[str, str]] = field(default_factory=list)  # (name, role) of those that passed
+    timed: bool = False
+
+    @property
+    def source(self) -> str:
+        return self.group.source
+
+    @property
+    def cost(self) -> float:
+        """Seconds, roughly: each contender samples for up to the budget whatever its size; a big input adds
+        its references and checks (about a second per GB)."""
+        contenders = len(self.group.cases) + int(self.group.eager)
+        per = self.settings.budget + timer.WARMUP_MAX_SECONDS
+        return contenders * per + prod(self.group.size) * parse_dtype(self.group.dtype).itemsize / 1e9
+
+    def next_job(self) -> tuple[CheckJob | BenchJob, float] | None:
+        if self.checked < len(self.group.cases):
+            return CheckJob(self.group.cases[self.checked]), self.timeout
+        contenders = ([("eager", "baseline")] if self.group.eager else []) + self.passed
+        if self.timed or not contenders:
+            return None
+        g = self.group
+        job = BenchJob(g.source, g.op, g.size, g.dtype, 0, tuple(contenders), self.settings)
+        return job, job.timeout
+
+    def take(self, job: Any, result: Any) -> list[BenchResult]:
+        """The results to emit for ``job``'s ``result``: a failed check, or every timed contender."""
+        if isinstance(job, CheckJob):
+            case, checked = job.case, result
+            self.checked += 1
+            role = "baseline" if case.impl in BASELINES else "impl"
+            if checked.status is Status.PASSED:
+                self.passed.append((case.impl, role))
+                return []
+            return [BenchResult(case.op, case.impl, checked.backend, case.size, case.dtype, self.device,
+                                self.settings.mode, checked.status, role=role, message=_gate_message(checked),
+                                details=checked.details)]
+        self.timed = True
+        outcome: BenchOutcome = result
+        for r in outcome.results:
+            if r.status.failed and outcome.log:
+                r.details.setdefault("log", outcome.log)
+        return list(outcome.results)
+
+    def moved(self, source: str) -> BenchGroupRun:
+        cases = [replace(c, source=source) for c in self.group.cases]
+        return replace(self, group=replace(self.group, source=source, cases=cases), passed=list(self.passed))
 
 
 def _gate_message(checked: CaseResult) -> str:

@@ -123,6 +123,7 @@ class BenchResult:
     speedups: dict[str, Ratio] = field(default_factory=dict)
     details: dict[str, Any] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
+    gpu: int | None = None  # the GPU that ran it, in a run spread over several (--gpus, --ray); else None
 
     @property
     def case_id(self) -> str:
@@ -152,6 +153,7 @@ class BenchResult:
             "speedups": {name: r.to_dict() for name, r in self.speedups.items()},
             "details": self.details,
             "warnings": list(self.warnings),
+            "gpu": self.gpu,
         }
 
     @classmethod
@@ -173,4 +175,5 @@ class BenchResult:
                       for k, v in data.get("speedups", {}).items()},
             details=data.get("details", {}),
             warnings=list(data.get("warnings", [])),
+            gpu=data.get("gpu"),
         )

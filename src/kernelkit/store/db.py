@@ -23,7 +23,7 @@ from kernelkit.errors import KernelkitError
 from kernelkit.measure.measurement import BenchResult
 
 APPLICATION_ID = 0x4B4B5253  # "KKRS": kernelkit results store, in the SQLite header (PRAGMA application_id)
-SCHEMA_VERSION = 1  # PRAGMA user_version; bump with a migration in Store._check_schema
+SCHEMA_VERSION = 2  # PRAGMA user_version; bump with a migration in Store._check_schema (2: results.gpu)
 BUSY_TIMEOUT_S = 30.0  # how long a writer waits for another process's lock before giving up
 FINISH_STATUSES = ("finished", "interrupted", "failed")
 FIX = "pass --store with another path, or move the file away (a new store is then created there)"
@@ -49,6 +49,7 @@ CREATE TABLE results (
     mode TEXT NOT NULL, role TEXT NOT NULL, status TEXT NOT NULL,
     median_s REAL, gbps REAL, tflops REAL,
     suspect INTEGER NOT NULL DEFAULT 0,
+    gpu INTEGER,                           -- the GPU that ran it in a run spread over several GPUs (or NULL)
     data TEXT NOT NULL                     -- BenchResult.to_dict() as JSON: the source of truth
 );
 CREATE INDEX results_by_run ON results(run_id);
@@ -136,12 +137,12 @@ class Store:
         timed = m is not None and bool(m.samples)
         row = (run_id, result.case_id, result.op, result.impl, "x".join(map(str, result.size)), result.dtype,
                result.mode, result.role, result.status.value, m.median if timed else None,
-               m.gbps if timed else None, m.tflops if timed else None, int(result.suspect),
+               m.gbps if timed else None, m.tflops if timed else None, int(result.suspect), result.gpu,
                json.dumps(result.to_dict(), default=str))
         with self._transaction("saving a result") as conn:
             self._require_run(conn, run_id)
             conn.execute("INSERT INTO results (run_id, case_key, op, impl, size, dtype, mode, role, status, median_s, "
-                         "gbps, tflops, suspect, data) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", row)
+                         "gbps, tflops, suspect, gpu, data) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", row)
 
     def finish_run(self, run_id: int, status: str = "finished") -> None:
         """Mark run ``run_id`` as ended: 'finished', 'interrupted' (Ctrl-C) or 'failed'."""
@@ -240,11 +241,22 @@ class Store:
                         conn.execute(statement)
                     conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
                     conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+        elif version < SCHEMA_VERSION:
+            self._migrate()
         tables = _tables(conn)
         missing = [f"{t}.{c}" for t, cols in TABLES.items() for c in sorted(cols - tables.get(t, set()))]
         if missing:
             raise StoreError(f"results store {self.path}: kernelkit's header but not its tables (missing "
                              f"{', '.join(missing[:5])}); the file is damaged: {FIX}")
+
+    def _migrate(self) -> None:
+        """Bring an older kernelkit store up to SCHEMA_VERSION, in place (1 -> 2: results.gpu, NULL for old rows)."""
+        with self._transaction("upgrading the store's schema") as conn:
+            version = conn.execute("PRAGMA user_version").fetchone()[0]  # again, under the write lock
+            if version < 2 and "gpu" not in _tables(conn).get("results", {"gpu"}):
+                conn.execute("ALTER TABLE results ADD COLUMN gpu INTEGER")
+            if version < SCHEMA_VERSION:
+                conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
 
     @contextlib.contextmanager
     def _transaction(self, doing: str) -> Iterator[sqlite3.Connection]:
