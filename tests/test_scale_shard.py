@@ -67,6 +67,17 @@ def test_a_worker_is_pinned_through_this_process_s_own_visible_devices(monkeypat
     assert [s.env["CUDA_VISIBLE_DEVICES"] for s in gpu_slots("all", "cuda")] == ["4", "6"]
 
 
+@pytest.mark.parametrize("command", ["check", "bench"])
+def test_the_command_line_refuses_gpus_without_gpus(command):
+    from typer.testing import CliRunner
+
+    from kernelkit.cli import app
+
+    store = ["--no-store"] if command == "bench" else []
+    result = CliRunner().invoke(app, [command, OPS, "--device", "cpu", "--gpus", "all", *store])
+    assert result.exit_code == 2 and "no GPUs here" in result.output
+
+
 def test_gpus_and_ray_together_are_refused():
     with pytest.raises(SpecError, match="choose one"):
         Spread.of("all", "auto", "cpu")

@@ -15,6 +15,8 @@ from kernelkit.cli.common import (
     EXIT_INTERRUPTED,
     EXIT_USAGE,
     DeviceOpt,
+    GpusOpt,
+    RayOpt,
     RunArg,
     StoreOpt,
     TargetArg,
@@ -58,6 +60,8 @@ def bench_command(
     rse: Annotated[float, typer.Option(help="Stop when the median's relative standard error is under this.")] = 0.005,
     baselines: Annotated[bool, typer.Option(help="Time eager PyTorch and torch.compile alongside.")] = True,
     timeout: Annotated[float, typer.Option(help="Seconds before a correctness check is killed.")] = 60.0,
+    gpus: GpusOpt = None,
+    ray: RayOpt = None,
     store: StoreOpt = None,
     no_store: Annotated[bool, typer.Option("--no-store", help="Do not record the run.")] = False,
     json_path: Annotated[Path | None, typer.Option("--json", help="Write every result, raw samples too.")] = None,
@@ -91,6 +95,7 @@ def bench_command(
             report = bench_op(
                 target, impls=impl or [], sizes=size_list, dtypes=dtype_list, device=device, mode=mode,
                 budget=budget, rse_target=rse, baselines=baselines, graph_warm=graph_warm, timeout=timeout,
+                gpus=gpus, ray=ray,
                 store=opened, command=shlex.join(["kernelkit", *sys.argv[1:]]), on_result=advance,
             )
     except KernelkitError as exc:

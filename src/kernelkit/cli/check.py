@@ -15,7 +15,9 @@ from kernelkit.cli.common import (
     CompileModeOpt,
     DeviceOpt,
     DtypesOpt,
+    GpusOpt,
     ImplOpt,
+    RayOpt,
     SizesOpt,
     TargetArg,
     TimeoutOpt,
@@ -63,6 +65,8 @@ def check_command(
     as_json: Annotated[bool, typer.Option("--json", help="Print machine-readable results to stdout.")] = False,
     strict: Annotated[bool, typer.Option(help="Count SKIPPED cases as failures for the exit code.")] = False,
     compile_mode: CompileModeOpt = None,
+    gpus: GpusOpt = None,
+    ray: RayOpt = None,
 ) -> None:
     """Check every case (impl x size x dtype x seed) against the op's reference, each in a worker process.
 
@@ -75,7 +79,8 @@ def check_command(
 
     if compile_mode is not None:
         set_compile_mode(compile_mode)
-    report = _run_check(target, impl or [], device, sizes, dtypes, seeds, timeout, quiet=as_json)
+    report = _run_check(target, impl or [], device, sizes, dtypes, seeds, timeout, quiet=as_json,
+                        gpus=gpus, ray=ray)
     if as_json:
         print(json.dumps(check_json(report, __version__), indent=2))
     else:
@@ -86,6 +91,7 @@ def check_command(
 def _run_check(
     target: str, impls: list[str], device: str | None, sizes: str | None, dtypes: str | None,
     seeds: int, timeout: float, quiet: bool,
+    gpus: str | None = None, ray: str | None = None,
 ) -> RunReport:
     try:
         size_list, dtype_list = parse_sizes(sizes), parse_dtypes(dtypes)
@@ -97,6 +103,10 @@ def _run_check(
 
             dev, cases = plan(target, impls=impls, device=device, sizes=size_list, dtypes=dtype_list, seeds=seeds)
             bar.update(task, total=len(cases))
+            if gpus is not None or ray is not None:
+                from kernelkit.scale import check_spread
+
+                return check_spread(cases, dev, gpus=gpus, ray=ray, timeout=timeout, on_result=advance)
             return run_cases(cases, dev, timeout=timeout, on_result=advance)
     except KernelkitError as exc:
         raise fail(exc, EXIT_USAGE) from None

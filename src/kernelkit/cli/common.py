@@ -41,6 +41,12 @@ CompileModeOpt = Annotated[
                       "default: $KERNELKIT_COMPILE_MODE or default."),
 ]
 RunArg = Annotated[str, typer.Argument(help="A run: an id, 'latest', or 'latest-1' for the one before.")]
+GpusOpt = Annotated[str | None, typer.Option(
+    "--gpus", help="Spread the run over this host's GPUs, one worker each: all, a count (2), or indices (0,1). "
+                   "Each (op, size, dtype) stays on one GPU; each result records its GPU.")]
+RayOpt = Annotated[str | None, typer.Option(
+    "--ray", help="Run on a Ray cluster instead, one task with one GPU per (op, size, dtype): auto (the cluster "
+                  "this host joined), local (start one here) or an address. Needs the ray extra.")]
 
 
 def fail(exc: BaseException, code: int) -> typer.Exit:

@@ -58,13 +58,15 @@ def bench_table(results: Sequence[BenchResult], *, title: str = "", show_ci: boo
     A message column appears when any result did not pass.
     """
     show_op = len({r.op for r in results}) > 1
+    show_gpu = len({r.gpu for r in results}) > 1  # a run spread over several GPUs (--gpus, --ray)
     show_tflops = any(r.measurement and r.measurement.flops for r in results)
     show_bound = any(bound_text(r.measurement) for r in results)
     show_memory = any(r.measurement and r.measurement.peak_bytes is not None for r in results)
     vs = [name for name in BASELINES if any(name in r.speedups for r in results)]
     show_message = any(r.status is not Status.PASSED for r in results)
     table = Table(title=title or None, title_justify="left", caption=caption(results), caption_justify="left")
-    columns = [*(["op"] if show_op else []), "impl", "size", "dtype", "median", "p20-p80", "n", "GB/s",
+    columns = [*(["op"] if show_op else []), "impl", "size", "dtype", *(["gpu"] if show_gpu else []), "median",
+               "p20-p80", "n", "GB/s",
                *(["TFLOP/s"] if show_tflops else []), *(["bound"] if show_bound else []), "% of ceiling",
                *(["peak mem"] if show_memory else []), *(f"vs {name}" for name in vs), "status", "notes",
                *(["message"] if show_message else [])]
@@ -83,7 +85,7 @@ def bench_table(results: Sequence[BenchResult], *, title: str = "", show_ci: boo
         previous = group
         m = r.measurement if r.measurement is not None and r.measurement.samples else None
         cells = [*([escape(r.op)] if show_op else []), _impl_cell(r.impl, r.impl in baselines),
-                 "x".join(map(str, r.size)), r.dtype,
+                 "x".join(map(str, r.size)), r.dtype, *([str(r.gpu)] if show_gpu else []),
                  *_timing_cells(m), rate_text(m.gbps if m else None),
                  *([rate_text(m.tflops if m else None)] if show_tflops else []),
                  *([bound_text(m)] if show_bound else []), ceiling_text(m),
