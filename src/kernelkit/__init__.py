@@ -27,6 +27,8 @@ The map: data flows spec -> open target -> jobs -> store -> report, and each sta
     jobs/           what runs in a worker: CheckJob (check.py, judge(): the order of checks), BenchJob and the
                     benchmark sweep (bench.py: bench_op), one Job protocol
     runner.py       isolated worker processes: a crash, hang or lost CUDA context ends one job, not the run
+    scale/          beyond one worker: a run's (op, size, dtype) groups spread over this host's GPUs (--gpus,
+                    shard.py) or run as Ray tasks (--ray, cluster.py), merged into one run
     verify.py       comparison by the tolerance rule, structure checks, weak-test probes
     results.py      Status and CaseResult: plain data every stage passes on
     measure/        the timing engine (timer, samplers, modes, stats), ceilings.py, host.py (the fingerprint)
