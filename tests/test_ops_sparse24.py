@@ -177,7 +177,7 @@ def test_every_impl_at_edge_shapes_on_cpu(cpu_process: None) -> None:
         assert len(report.results) == len(impls) * len(sizes) * len(dtypes), op
         _assert_statuses(report, _expected_on_cpu)
     skipped = {r.impl: r.message for r in report.results if r.status is Status.SKIPPED and r.dtype == "float16"}
-    assert "cuSPARSELt" in skipped["cusparselt"] and "cuSPARSELt" in skipped["cusparselt_fused_t"], skipped
+    assert all("cuSPARSELt" in skipped[i] for i in ("cusparselt", "cusparselt_direct", "cusparselt_fused_t")), skipped
     assert "compute capability 8.x" in skipped["cutlass"], skipped
     assert any("supports float16, bfloat16 only" in r.message for r in report.results if r.dtype == "float32")
 
@@ -516,13 +516,15 @@ def test_cusparselt_matches_dense_and_caches_the_weight() -> None:
     assert cusparselt.compress(w).numel() == cusparselt.compressed_numel(w)  # what the compile fake assumes
     expected = F.linear(x.double(), w.double())
     misses = cusparselt.CACHE.misses
-    for impl in ("cusparselt", "cusparselt_fused_t"):
+    for impl in ("cusparselt", "cusparselt_direct", "cusparselt_fused_t"):
         for _ in range(3):
             y = LINEAR[impl].fn(x, w)
             assert y.shape == (64, 128) and (y.double() - expected).abs().max() < 0.05 * math.sqrt(256)
-    assert cusparselt.CACHE.misses == misses + 2  # one compression per weight and kind
-    y = LINEAR["cusparselt_fused_t"].fn(x[:5], w)  # 5 rows: padded to 8 inside
-    assert y.shape == (5, 128) and y.is_contiguous()
+    assert cusparselt.CACHE.misses == misses + 2  # one compression per weight and kind (direct and fused_t share)
+    for impl in ("cusparselt_direct", "cusparselt_fused_t"):
+        y = LINEAR[impl].fn(x[:5], w)  # 5 rows: padded to 8 inside
+        assert y.shape == (5, 128) and y.is_contiguous()
+        assert (y.double() - expected[:5]).abs().max() < 0.05 * math.sqrt(256)
 
 
 @pytest.mark.gpu

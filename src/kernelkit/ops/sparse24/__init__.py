@@ -14,8 +14,9 @@ Ops (fp16 and bf16; fp32 too for the sparsifiers, for CPU checks):
   Impl: ``triton_blocks``; the launcher ``prune_transposable(x, transposed=True)`` also writes the pruned x.T.
 - ``linear24(x, w)``: y = x @ w.T with w 2:4-sparse along K. x (M, K), w (N, K) already pruned by sparsify24;
   size (M, N, K). Impls: ``eager_dense`` (F.linear: the dense baseline), ``cusparselt``
-  (``to_sparse_semi_structured`` then F.linear, as PyTorch documents it), ``cusparselt_fused_t`` (one
-  ``torch._cslt_sparse_mm`` writing y row-major directly, what ``SparseLinear`` runs), ``cutlass`` (sm_8x only).
+  (``to_sparse_semi_structured`` then F.linear, as PyTorch documents it), ``cusparselt_direct`` (one
+  ``torch._cslt_sparse_mm`` and a transposing copy, what ``SparseLinear`` runs), ``cusparselt_fused_t`` (the same
+  with cuSPARSELt writing y row-major itself: slower on the H100, see cusparselt.linear), ``cutlass`` (sm_8x only).
   Each weight is compressed once and cached (cusparselt.py says how and why the cache cannot replay outputs).
 
 What cuSPARSELt takes. ``to_sparse_semi_structured`` takes the pruned dense matrix and nothing else (read in
@@ -223,10 +224,18 @@ def linear24_cusparselt(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     return F.linear(x, cusparselt.semi_structured(w))
 
 
+@linear24.impl("cusparselt_direct", backend="eager", dtypes=LINEAR_DTYPES)
+def linear24_cusparselt_direct(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """cuSPARSELt, one torch._cslt_sparse_mm on the cached compressed w, then one transposing copy into y: what
+    ``SparseLinear`` runs."""
+    return cusparselt.linear(x, cusparselt.compressed(w))
+
+
 @linear24.impl("cusparselt_fused_t", backend="eager", dtypes=LINEAR_DTYPES)
 def linear24_cusparselt_fused_t(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-    """cuSPARSELt, one torch._cslt_sparse_mm on the cached compressed w, y written row-major (no transpose)."""
-    return cusparselt.linear(x, cusparselt.compressed(w))
+    """cuSPARSELt writing y row-major itself (transpose_result): no copy, but a slower kernel and a slow host
+    path on the H100 (see cusparselt.linear)."""
+    return cusparselt.linear(x, cusparselt.compressed(w), fuse_transpose=True)
 
 
 @linear24.impl("cutlass", backend="eager", dtypes=LINEAR_DTYPES)

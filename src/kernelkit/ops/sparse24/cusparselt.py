@@ -147,16 +147,25 @@ def compressed(w: torch.Tensor) -> torch.Tensor:
     return CACHE.get(w, "cslt_compress", compress)
 
 
-def linear(x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-    """y = x @ w.T + bias from w's compressed form: x (M, K) -> y (M, N) contiguous, one cuSPARSELt call.
+def linear(x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None = None, *,
+           fuse_transpose: bool = False) -> torch.Tensor:
+    """y = x @ w.T + bias from w's compressed form: x (M, K) -> y (M, N) contiguous.
 
-    cuSPARSELt computes w @ x.T with w the sparse operand; ``transpose_result`` has it write that (N, M) product
-    column-major, which is y (M, N) row-major, so no transpose pass follows. Rows of x are padded to a multiple
-    of 8 (cuSPARSELt's smallest dense tile) and the padding's rows of y dropped.
+    cuSPARSELt computes w @ x.T with w the sparse operand, an (N, M) product. By default it is written row-major
+    and transposed into y by one copy (M N elements read and written). ``fuse_transpose`` has cuSPARSELt write it
+    column-major instead (``transpose_result``), which is y row-major with no copy, but on the H100 (torch 2.11,
+    cuSPARSELt 0.8, 2026-11-23, fp16 4096x11008x4096) that picked a kernel 2.4x slower (800 us against 337 us)
+    and spent ~225 ms of host time per call inside ``_cslt_sparse_mm``: it is kept as the ``cusparselt_fused_t``
+    impl to show it. Rows of x are padded to a multiple of 8 (cuSPARSELt's smallest dense tile) and the padding's
+    rows of y dropped.
     """
     require_cusparselt(x, packed)
     n_rows = x.shape[0]
     pad = -n_rows % DENSE_ROWS
     dense = F.pad(x, (0, 0, 0, pad)) if pad else x.contiguous()
-    y = torch._cslt_sparse_mm(packed, dense.t(), bias=bias, transpose_result=True)
-    return y[:n_rows] if pad else y
+    if fuse_transpose:
+        y = torch._cslt_sparse_mm(packed, dense.t(), bias=bias, transpose_result=True)
+    else:
+        y = torch._cslt_sparse_mm(packed, dense.t(), bias=bias).t()
+    y = y[:n_rows] if pad else y
+    return y.contiguous()
