@@ -7,6 +7,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import signal
+import sys
 from pathlib import Path
 
 import pytest
@@ -76,6 +77,12 @@ def test_the_command_line_refuses_gpus_without_gpus(command):
     store = ["--no-store"] if command == "bench" else []
     result = CliRunner().invoke(app, [command, OPS, "--device", "cpu", "--gpus", "all", *store])
     assert result.exit_code == 2 and "no GPUs here" in result.output
+
+
+def test_ray_without_ray_installed_says_how_to_install_it(monkeypatch):
+    monkeypatch.setitem(sys.modules, "ray", None)  # import ray then raises ImportError
+    with pytest.raises(SpecError, match="needs Ray.*kernelkit\\[ray\\]"):
+        Spread.of(None, "auto", "cpu")
 
 
 def test_gpus_and_ray_together_are_refused():

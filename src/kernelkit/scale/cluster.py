@@ -48,10 +48,14 @@ def connect(address: str) -> ModuleType:
     process already joined one."""
     ray = require()
     if not ray.is_initialized():
-        if address == "local":
-            ray.init(include_dashboard=False)
-        else:
-            ray.init(address=address)
+        try:
+            if address == "local":
+                ray.init(include_dashboard=False)
+            else:
+                ray.init(address=address)
+        except (ConnectionError, RuntimeError, ValueError) as exc:
+            raise SpecError(f"--ray {address}: cannot join a Ray cluster there ({exc}); start one with `ray start "
+                            "--head`, pass its address, or use --ray local") from None
     return ray
 
 

@@ -34,7 +34,7 @@ class Spread:
         if ray is not None:
             from kernelkit.scale import cluster
 
-            cluster.require()
+            cluster.connect(ray)  # now, so that a cluster that cannot be joined fails before the run starts
             return cls(device, ray=ray)
         return cls(device, gpu_slots(gpus, device))
 
