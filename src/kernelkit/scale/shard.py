@@ -7,8 +7,8 @@ longest-first greedy order that keeps the slots' finishing times close.
 
 Every result goes back to the calling thread (``emit``), which alone touches the store and the callbacks.
 A worker that dies or hangs loses its in-flight job (runner.Worker reports it CRASHED or TIMEOUT) and is
-replaced. After a crash the slot proves its device still works with a fresh worker (``ProbeJob``); when that
-fails, the slot stops, the rest of its group goes back to the front of the queue, and the other slots take it.
+replaced. After a crash or a hang the slot proves its device still works with a fresh worker (``ProbeJob``); when
+that fails, the slot stops, the rest of its group goes back to the front of the queue, and the other slots take it.
 """
 
 from __future__ import annotations
@@ -191,7 +191,7 @@ class _Lane:
             result = self._run(job, seconds)
             for item in run.take(job, result):
                 self.results.put((self.slot.index, item))
-            if result.status is Status.CRASHED and not self._healthy():
+            if result.status in (Status.CRASHED, Status.TIMEOUT) and not self._healthy():
                 return run  # the rest of the group goes to another slot
         return None
 
@@ -203,7 +203,8 @@ class _Lane:
             return job.failed(self.device, Status.CRASHED, f"the worker was gone before the job started ({exc})")
 
     def _healthy(self) -> bool:
-        """After a crash: does a fresh worker still get a working device here? If not, the slot stops."""
+        """After a crash or a hang (the worker was replaced): does a fresh worker still get a working device here?
+        If not, the slot stops. A device that hangs fails the probe by its timeout."""
         if self.stop.is_set():
             return False
         probe = self._run(ProbeJob(), PROBE_TIMEOUT)
