@@ -153,7 +153,8 @@ def matmul_cuda_naive(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """CUDA, one thread per C element, threadIdx.x on rows: the learner's first kernel.
 
     Each warp's A load touches 32 rows (32 sectors for 32 useful floats) and its C store is strided by N.
-    expected: ~1% of cuBLAS fp32; ncu: ~16 sectors per global load request, L1 absorbing most of A's re-reads.
+    H100: 1.0% of cuBLAS fp32 at 4096³; ncu at 2048³: 16.5 global sectors per load request, L1 hit 99%, FMA
+    pipe 0.9% busy.
     """
     return _cuda(ladder.NAIVE, a, b)
 
@@ -163,7 +164,8 @@ def matmul_cuda_coalesced(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """CUDA, one thread per C element, threadIdx.x on columns: coalesced B loads and C stores.
 
     A warp's B load and C store are each one 128-byte line; its A load is one broadcast value.
-    expected: ~5-10x naive; ncu: global load sectors per request ~16 -> ~2.5, memory throughput near the L1's.
+    H100: 11.3% of cuBLAS; ncu at 2048³: sectors per request 16.5 -> 2.5, 13.5x faster than naive, SM
+    throughput 79% (the L1 load path), FMA pipe 12.7%.
     """
     return _cuda(ladder.COALESCED, a, b)
 
@@ -173,8 +175,8 @@ def matmul_cuda_smem(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """CUDA, the lecture's shared-memory tiles: 32 x 32 tiles of A and B staged per block.
 
     Each element loaded from global memory is used 32 times from shared memory.
-    expected: ~1.5x coalesced; ncu: global loads per FMA 2 -> 1/16, the bottleneck moves to shared memory
-    (2 shared loads per FMA: MIO throttle stalls, LSU pipe busy).
+    H100: 17.3% of cuBLAS; ncu at 2048³: executed instructions 1485M -> 845M, L1 hit 95% -> 0% (the re-reads
+    now come from shared memory), FMA pipe 12.7% -> 15.7%.
     """
     return _cuda(ladder.SMEM, a, b)
 
@@ -185,7 +187,8 @@ def matmul_cuda_tile1d(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 
     One B value read from shared memory serves 8 FMAs.
 
-    expected: ~2-3x smem; ncu: shared loads per FMA 2 -> ~1.1, executed instructions roughly halved.
+    H100: 31.6% of cuBLAS; ncu at 2048³: executed instructions 845M -> 493M, FMAs 35% -> 56% of them, FMA
+    pipe 15.7% -> 28.8%.
     """
     return _cuda(ladder.TILE1D, a, b)
 
@@ -194,8 +197,8 @@ def matmul_cuda_tile1d(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 def matmul_cuda_tile2d(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """CUDA, 2D register tile: 128 x 128 block tile, BK = 8, each thread an 8 x 8 outer product per k.
 
-    expected: ~2x tile1d (~50% of cuBLAS); ncu: shared loads per FMA ~1.1 -> 0.25, FMA pipe utilization up;
-    shared-memory bank conflicts on B (a warp's 16 columns 32 bytes apart).
+    H100: 60.2% of cuBLAS; ncu at 2048³: executed instructions 493M -> 329M, FMAs 83% of them, FMA pipe 28.8%
+    -> 49.4%; 0.4 shared-load bank conflicts per wavefront appear (B: a warp's 16 columns 32 bytes apart).
     """
     return _cuda(ladder.TILE2D, a, b)
 
@@ -207,7 +210,8 @@ def matmul_cuda_vec4(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     A thread's 8 A values for one k are then contiguous: float4 shared loads for A as for B. Rows not 16-byte
     aligned (K or N not a multiple of 4) take the same tiling with scalar global accesses.
 
-    expected: ~1.2x tile2d; ncu: global load instructions /4 (LDG.E.128), shared load instructions /4 (LDS.128).
+    H100: 64.3% of cuBLAS; ncu at 2048³: 16 sectors per global load request (LDG.128: 4 -> 16), executed
+    instructions 329M -> 312M, FMA pipe 49.4% -> 52.4%.
     """
     return _cuda(ladder.VEC4, a, b)
 
@@ -219,8 +223,9 @@ def matmul_cuda_warptile(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     Each warp computes a 32 x 64 piece, its lanes 4 x 8, each lane four 4 x 4 blocks; the next tile is loaded into
     registers during this tile's FMAs, then into the other shared buffer. Unaligned rows: scalar global accesses.
 
-    expected: >= 80% of cuBLAS fp32 at 4096³; ncu: shared-load bank conflicts -> ~0, one barrier per 8 k instead of
-    two, stall_barrier and stall_long_scoreboard down, FMA pipe > 80% busy.
+    H100: 76.7% of cuBLAS at 4096³ (the 80% target missed by 3.3 points); ncu at 2048³: shared-load bank
+    conflicts 0.4 -> 0 per wavefront, FMA pipe 52.4% -> 61.4% busy at 24.5% achieved occupancy (two 256-thread
+    blocks an SM): more of each warp's latency must hide behind its own FMAs.
     """
     return _cuda(ladder.WARPTILE, a, b)
 
