@@ -10,6 +10,7 @@ from typer.testing import CliRunner
 
 from kernelkit import demo
 from kernelkit.cli import app
+from kernelkit.demo import matmul as demo_matmul
 from kernelkit.demo import steps as demo_steps
 from kernelkit.demo.steps import Outcome
 from kernelkit.jobs import bench as sweep
@@ -58,7 +59,7 @@ def test_cpu_demo_shows_the_evidence_of_each_step(cpu_demo):
     assert "square: 64x48, 33x17, 1x257; float32" in text  # the check tables
     for impl in ("triton_flat", "numba_flat", "triton_online", "compile (baseline)", "eager (baseline)"):
         assert impl in text  # the bench tables: impls that run on the CPU, and both baselines
-    assert "cuda_vec4 " not in text.split("3. Benchmark")[1].split("4. Where")[0]  # CUDA C++ is not benched here
+    assert "cuda_vec4 " not in text.split("3. Benchmark")[1].split("4. The matmul")[0]  # CUDA C++ is not benched
     assert "% of ceiling" in text
     assert "profile square/eager/64x48/float32 on cpu" in text
     assert list((out_dir / "profile").glob("*.trace.json"))
@@ -66,15 +67,31 @@ def test_cpu_demo_shows_the_evidence_of_each_step(cpu_demo):
     assert "128-bit" in text
 
 
+@pytest.mark.slow
+def test_cpu_demo_matmul_step_times_the_interpreter_and_compiles_every_rung(cpu_demo):
+    _, text, _ = cpu_demo
+    step = text.split("4. The matmul ladder")[1].split("5. Where the time goes")[0]
+    assert "matmul 33x29x17 fp32" in step and "% of eager" in step and "CPU timings: not GPU performance" in step
+    row = next(line for line in step.splitlines() if line.startswith("│ triton_blocked"))  # timed: median and %
+    assert " ms" in row and "%" in row
+    assert "eager (baseline)" in step and "100.0%" in step
+    for rung in demo_matmul.RUNGS:
+        assert f"skipped {rung} (float32): no GPU; it compiled: matmul_{rung.removeprefix('cuda_')}_kernel" in step
+    assert "TIMEOUT" not in step and "CRASHED" not in step
+    row = next(line for line in text.split("Summary")[1].splitlines() if "4. The matmul" in line)
+    assert " ok " in row and "triton_blocked timed in the" in row  # the note, as far as its column shows it
+
+
 def _fake_steps(monkeypatch: pytest.MonkeyPatch, ran: list[str], **replace: object) -> None:
     """Every step replaced by one that records its name and prints a marker, unless given in ``replace``."""
-    for name in ("timing_step", "check_step", "bench_step", "profile_step", "asm_step", "ncu_step"):
+    for name in ("timing_step", "check_step", "bench_step", "matmul_step", "profile_step", "asm_step", "ncu_step"):
         def fake(ctx: demo_steps.DemoContext, name: str = name) -> Outcome:
             ran.append(name)
             ctx.console.print(f"evidence of {name}")
             return Outcome("ok", f"{name} done")
 
-        monkeypatch.setattr(demo_steps, name, replace.get(name, fake))
+        module = demo_matmul if name == "matmul_step" else demo_steps
+        monkeypatch.setattr(module, name, replace.get(name, fake))
 
 
 def test_a_step_that_raises_is_reported_and_the_others_still_run(monkeypatch):
@@ -86,9 +103,9 @@ def test_a_step_that_raises_is_reported_and_the_others_still_run(monkeypatch):
     result = CliRunner().invoke(app, ["demo", "--device", "cpu"])
     assert result.exit_code == 1, result.output
     assert "step 3 failed: RuntimeError: the bench broke" in result.output
-    assert ran == ["timing_step", "check_step", "profile_step", "asm_step", "ncu_step"]
+    assert ran == ["timing_step", "check_step", "matmul_step", "profile_step", "asm_step", "ncu_step"]
     assert "evidence of ncu_step" in result.output
-    assert "FAILED" in result.output and "5 ok, 0 skipped, 1 failed" in result.output
+    assert "FAILED" in result.output and "6 ok, 0 skipped, 1 failed" in result.output
 
 
 @pytest.mark.parametrize(("status", "code"), [("skipped", 0), ("failed", 1)])
@@ -208,3 +225,75 @@ def test_ncu_step_skips_with_the_reason_when_ncu_is_missing_or_locked(monkeypatc
     monkeypatch.setattr(ncu, "run_ncu", locked)
     outcome = demo_steps.ncu_step(ctx)
     assert outcome.status == "skipped" and "ERR_NVGPUCTRPERM" in outcome.note
+
+
+def _ladder_results(target: str, size: tuple[int, ...], dtype: str, impls: list[str]) -> list[BenchResult]:
+    """The results bench_op would give: each impl timed as (rung index + 1)% ... of cuBLAS's 1 ms, one TIMEOUT."""
+    base = _measurement("eager", 1000.0)
+    out = [BenchResult(target, "eager", "eager", size, dtype, "cuda", "cold", Status.PASSED, role="baseline",
+                       measurement=base)]
+    for i, name in enumerate(n for n in impls if n != "eager"):
+        m = _measurement(name, 1000.0 / (0.1 + 0.12 * i))
+        out.append(BenchResult(target, name, name.split("_")[0], size, dtype, "cuda", "cold", Status.PASSED,
+                               measurement=m, speedups={"eager": speedup(base.samples, m.samples)}))
+    return out
+
+
+def test_gpu_matmul_step_shows_each_rung_as_percent_of_cublas_and_the_best_triton(monkeypatch):
+    asked = []
+
+    def fake_bench_op(target, **kwargs):
+        asked.append((target, kwargs))
+        size, dtype = kwargs["sizes"][0], str(kwargs["dtypes"][0]).removeprefix("torch.")
+        return SweepReport(device="cuda", mode="cold", results=_ladder_results(target, size, dtype, kwargs["impls"]))
+
+    monkeypatch.setattr(sweep, "bench_op", fake_bench_op)
+    buffer = io.StringIO()
+    outcome = demo_matmul.matmul_step(demo_steps.DemoContext(Console(file=buffer, width=160), "cuda", 60.0))
+    text = buffer.getvalue()
+    assert outcome.status == "ok", text
+    (_, ladder), (_, tri) = asked
+    assert ladder["impls"] == [*demo_matmul.RUNGS, "eager"] and ladder["sizes"] == [(2048, 2048, 2048)]
+    assert tri["impls"] == [*demo_matmul.TRITON, "eager"] and str(tri["dtypes"][0]) == "torch.bfloat16"
+    assert all(kw["store"] is None and kw["budget"] == 0.5 for _, kw in asked)
+    assert "matmul 2048x2048x2048 fp32: the CUDA fp32 ladder, % of cuBLAS" in text
+    assert "eager (cuBLAS)" in text and "100.0%" in text
+    naive = next(line for line in text.splitlines() if "cuda_naive" in line)
+    assert "10.0%" in naive
+    assert "cuda_naive 10%" in outcome.note and "cuda_warptile 82% of cuBLAS" in outcome.note
+    assert "best Triton bf16: triton_tma 22% of cuBLAS" in outcome.note
+
+
+def test_gpu_matmul_step_fails_on_a_timeout_and_says_which(monkeypatch):
+    def fake_bench_op(target, **kwargs):
+        size, dtype = kwargs["sizes"][0], str(kwargs["dtypes"][0]).removeprefix("torch.")
+        results = _ladder_results(target, size, dtype, kwargs["impls"])
+        results[1].status, results[1].measurement = Status.TIMEOUT, None
+        return SweepReport(device="cuda", mode="cold", results=results)
+
+    monkeypatch.setattr(sweep, "bench_op", fake_bench_op)
+    ctx = demo_steps.DemoContext(Console(file=io.StringIO(), width=160), "cuda", 60.0)
+    outcome = demo_matmul.matmul_step(ctx)
+    assert outcome.status == "failed" and "cuda_naive TIMEOUT" in outcome.note
+
+
+def test_the_gpu_matmul_step_stays_short():
+    m, n, k = demo_matmul.LADDER_SIZE
+    naive_seconds = 2 * m * n * k / 0.4e12  # the naive rung at ~1% of cuBLAS fp32's ~50 TFLOP/s
+    assert naive_seconds < 0.1  # each timed call; the budget bounds the rest
+    contenders = len(demo_matmul.RUNGS) + len(demo_matmul.TRITON) + 2  # + cuBLAS in each dtype
+    assert contenders * demo_matmul.BUDGET["cuda"] <= 8
+
+
+@pytest.mark.gpu
+def test_gpu_matmul_step_times_every_rung_within_its_time_target():
+    buffer = io.StringIO()
+    began = time.perf_counter()
+    outcome = demo_matmul.matmul_step(demo_steps.DemoContext(Console(file=buffer, width=160), "cuda", 120.0))
+    elapsed = time.perf_counter() - began
+    text = buffer.getvalue()
+    assert outcome.status == "ok", text
+    assert elapsed < 25, f"{elapsed:.0f} s\n{text}"
+    for rung in demo_matmul.RUNGS:
+        assert rung in outcome.note, outcome.note
+    assert "best Triton bf16" in outcome.note and "TIMEOUT" not in text

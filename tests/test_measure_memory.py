@@ -70,3 +70,15 @@ def test_peak_of_a_real_allocation_on_the_gpu():
 
     peak = memory.peak_bytes(twice, "cuda")
     assert 16 << 20 <= peak < 24 << 20
+
+
+@pytest.mark.gpu
+def test_bench_op_records_each_impls_peak_memory_on_the_gpu():
+    import kernelkit as kk
+
+    report = kk.bench_op("square", impls=["triton_flat", "eager"], sizes=[(1 << 22,)], dtypes=[torch.float32],
+                         device="cuda", budget=0.2)
+    assert {r.impl for r in report.results} == {"triton_flat", "eager"}
+    for r in report.results:
+        assert r.status.value == "PASSED", r.message
+        assert 16 << 20 <= r.measurement.peak_bytes < 20 << 20, r.impl  # its 16 MiB output, nothing more

@@ -31,10 +31,12 @@ The map: data flows spec -> open target -> jobs -> store -> report, and each sta
                     shard.py) or run as Ray tasks (--ray, cluster.py), merged into one run
     verify.py       comparison by the tolerance rule, structure checks, weak-test probes
     results.py      Status and CaseResult: plain data every stage passes on
-    measure/        the timing engine (timer, samplers, modes, stats), ceilings.py, host.py (the fingerprint)
+    measure/        the timing engine (timer, samplers, modes, stats), ceilings.py, host.py (the fingerprint),
+                    memory.py (peak device memory of one call)
     profiling/      torch_profiler, ncu (+ the driver run under ncu), asm (+ sass.py), codegen (inductor's code)
     store/          SQLite results (db.py) and run-to-run comparison (compare.py)
-    report/         every renderer: terminal tables, JSON/CSV, plots, the HTML report
+    report/         every renderer: terminal tables, JSON/CSV, plots, the HTML report; roofline.py is where a case
+                    sits between the bandwidth and compute ceilings, for all of them
     cli/            the command line, one module per command group, thin
     demo/, doctor/  the guided tour, and the machine self-test
     formats/        outside problem formats (KernelBench, GPU MODE) as ops

@@ -1,4 +1,5 @@
-"""`kernelkit demo`: the guided tour of the loop (time, check, bench, profile, asm, ncu) on square and softmax.
+"""`kernelkit demo`: the guided tour of the loop (time, check, bench, profile, asm, ncu) on square and softmax,
+and matmul's ladder of kernels as % of cuBLAS (matmul.py).
 
 Each step prints a heading, the lesson in a sentence or two, then the evidence from the library. A step that
 breaks is reported in red and the tour goes on; the steps themselves live in steps.py.
@@ -17,6 +18,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from kernelkit import runner
+from kernelkit.demo import matmul as demo_matmul
 from kernelkit.demo import steps as demo_steps
 from kernelkit.demo.steps import DemoContext, Outcome
 from kernelkit.errors import describe_exception
@@ -29,6 +31,7 @@ NEXT_COMMANDS = (
     ("kernelkit ops", "every built-in op and its impls"),
     ("kernelkit check softmax --impl triton_online --dtypes bf16", "one impl, one dtype, all the op's sizes"),
     ("kernelkit bench square", "every impl at every bench size, stored"),
+    ("kernelkit bench matmul --dtypes fp32 --plot plots", "the whole ladder at every bench size, with its roofline"),
     ("kernelkit bench softmax --sizes 8192x1000 --mode graph", "CUDA-graph replay: launch cost hidden"),
     ("kernelkit runs; kernelkit compare latest-1 latest", "stored runs, and what changed between two"),
     ("kernelkit profile square --impl triton_flat --size 4096x4096", "torch.profiler table, trace, diagnosis"),
@@ -62,6 +65,11 @@ def tour() -> list[Step]:
              "A kernel is worth keeping only if it beats what PyTorch already gives you. bench_op re-checks each "
              "impl, times impls and baselines interleaved on the same inputs, and compares each median with "
              "this device's calibrated ceiling.", demo_steps.bench_step),
+        Step("The matmul ladder: from the naive kernel to cuBLAS",
+             "Square and softmax are memory-bound; a matmul reuses each element it loads, so it can be compute-bound. "
+             "Each rung of the CUDA fp32 ladder adds one idea (coalescing, shared-memory tiles, register tiles, "
+             "vector loads, warp tiles) and closes part of the gap to cuBLAS; Triton gets there in bf16 with far "
+             "less code.", demo_matmul.matmul_step),
         Step("Where the time goes: torch.profiler",
              "The profiler lists what one call launches and how long each piece ran; the launch diagnosis says "
              "whether the GPU was kept busy or sat waiting for the CPU (launch-bound).", demo_steps.profile_step),
@@ -126,8 +134,9 @@ def _print_header(ctx: DemoContext) -> None:
         f"{'; quick: fewer sizes and dtypes' if ctx.quick else ''}", highlight=False)
     ctx.console.print(
         "The loop on two built-in ops, square (elementwise) and softmax (a row reduction): time a kernel correctly, "
-        "check every impl, benchmark against eager PyTorch and torch.compile, then look inside with torch.profiler, "
-        "the compiled SASS and Nsight Compute.", highlight=False)
+        "check every impl, benchmark against eager PyTorch and torch.compile, climb matmul's ladder of kernels "
+        "towards cuBLAS, then look inside with torch.profiler, the compiled SASS and Nsight Compute.",
+        highlight=False)
     if not ctx.gpu:
         ctx.console.print(
             "[yellow]No GPU here[/]: Triton runs in its interpreter, Numba in its CUDA simulator, CUDA C++ is compiled "
