@@ -179,8 +179,8 @@ def test_a_problem_of_a_level_that_does_not_load_fails_its_cases(tmp_path: Path)
     assert formats.detect(tmp_path) == "kernelbench-level"
     ops = formats.load_ops(tmp_path)
     assert [op.name for op in ops] == ["1_relu6", "2_broken"]
-    result = judge(ops[1], "reference")
-    assert result.status is Status.RUNTIME_ERROR and "2_broken.py failed (line 5)" in result.message
+    result = judge(ops[1], "reference")  # the op's inputs cannot be made: the op's error, not an impl's
+    assert result.status is Status.INPUT_ERROR and "2_broken.py failed (line 5)" in result.message
 
 
 def test_detect_reads_the_files_without_importing_them(tmp_path: Path):

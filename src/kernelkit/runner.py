@@ -67,9 +67,9 @@ class RunReport:
 
 
 def plan(target: str, *, impls: Sequence[str] = (), device: str | None = None, sizes: Sequence[Size] = (),
-         dtypes: Sequence[torch.dtype] = (), seeds: int = 1) -> tuple[str, list[Case]]:
-    """The device and the cases of ``target`` (a built-in op name or a .py file), without running them."""
-    opened = open_target(target, device)
+         dtypes: Sequence[torch.dtype] = (), seeds: int = 1, solution: str | None = None) -> tuple[str, list[Case]]:
+    """The device and the cases of ``target`` (see target.open_target; ``solution`` too), without running them."""
+    opened = open_target(target, device, solution)
     return opened.device, opened.cases(impls, sizes, dtypes, seeds)
 
 
@@ -86,14 +86,16 @@ def check(
     on_result: OnResult | None = None,
     gpus: GpuSpec = None,
     ray: str | None = None,
+    solution: str | None = None,
 ) -> RunReport:
-    """Check every case of ``target`` (a built-in op name or a .py file) against its reference.
+    """Check every case of ``target`` (a built-in op name, a .py file, a KernelBench problem or level folder, a
+    GPU MODE task folder; ``solution``: see target.open_target) against its reference.
 
     Each case runs in a worker process with a per-case ``timeout`` in seconds; see README for the tolerance rule.
     gpus ('all', 2, '0,1'): the cases spread over one worker per GPU; ray ('auto', 'local', an address): over a
     Ray cluster's GPUs (see kernelkit.scale). Each result then records the GPU that ran it.
     """
-    dev, cases = plan(target, impls=impls, device=device, sizes=sizes, dtypes=dtypes, seeds=seeds)
+    dev, cases = plan(target, impls=impls, device=device, sizes=sizes, dtypes=dtypes, seeds=seeds, solution=solution)
     if gpus is not None or ray is not None:
         from kernelkit.scale import check_spread
 

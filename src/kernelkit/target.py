@@ -1,6 +1,7 @@
 """Open a target for a device: a built-in op name or a user's .py file, imported in a process prepared for it.
 
     target = open_target("my_kernels.py", device="cpu")    # the process is prepared, then the file imported
+    open_target("level1/19_ReLU.py", solution="mine.py")  # a KernelBench problem, a level folder, a GPU MODE task
     target.ops                                             # the ops it names
     target.cases(impls=["triton_flat"])                    # Cases for the runner (check, bench)
     setup = target.case("triton_flat", size="64x48")       # one case with its inputs, ready to call here
@@ -10,6 +11,10 @@ kernels run compiled or in the interpreter / simulator, and a user's file may im
 process is prepared for the device (``backends.prepare_process``) before the target's file is imported. Every
 command and API function opens its target here; a worker prepares itself once when it starts, then ``load``s
 each case's op by its source.
+
+Outside problem formats (a KernelBench problem file or level folder, a GPU MODE task folder) are resolved here
+too, and only here: ``formats.source_file`` writes a small op file that rebuilds the problem's ops, and that file
+is the target's source, loaded by workers like any other.
 """
 
 from __future__ import annotations
@@ -63,6 +68,16 @@ class Target:
     device: str
     ops: list[Op]
     defined: dict[str, Op] = field(default_factory=dict)
+    format: str | None = None  # 'kernelbench', 'kernelbench-level' or 'gpumode' (formats.detect); None: kernelkit's
+    solution: str | None = None  # the solution file or folder given with a problem, as an absolute path
+
+    @property
+    def user_file(self) -> str | None:
+        """The user's file or folder, for a run's fingerprint: the problem's path, an op file's, None when built in."""
+        if self.format is not None:
+            return str(Path(self.name).expanduser().resolve())
+        return self.source if self.source.endswith(".py") else None
+
 
     def op(self, name: str | None = None) -> Op:
         """Op ``name`` of the source; a built-in name or a file of one op needs none."""
@@ -97,16 +112,20 @@ class Target:
         return CaseSetup(op, chosen, case_size, case_dtype, self.device, inputs, self.source)
 
 
-def open_target(target: str, device: str | None = None) -> Target:
+def open_target(target: str, device: str | None = None, solution: str | None = None) -> Target:
     """Prepare this process for ``device`` (default: cuda when a GPU is visible), then load ``target``: a
-    built-in op name or a .py file of ops. LoadError for an unknown name, a missing file or one that fails to
-    import; SpecError for a bad device."""
+    built-in op name, a .py file of ops, a KernelBench problem file or level folder, or a GPU MODE task folder.
+
+    solution: a problem's ModelNew file, a level's folder of solutions (matched by file name), or a task's
+    submission file (default: the task's submission.py); a problem without one runs its reference as the solution.
+    LoadError for an unknown name, a missing file or one that fails to import; SpecError for a bad device."""
     dev = resolve_device(device)
     backends.prepare_process(dev)  # before the target's file can import triton or numba
-    source = resolve(target)
+    source, kind = resolve_problem(target, solution)
     defined = load(source)
     named = [defined[target]] if target in BUILTIN_OPS and target in defined else list(defined.values())
-    return Target(target, source, dev, named, defined)
+    chosen = str(Path(solution).expanduser().resolve()) if solution is not None else None
+    return Target(target, source, dev, named, defined, format=kind, solution=chosen)
 
 
 @dataclass
@@ -141,10 +160,11 @@ def prepare_case(
     device: str | None = None,
     seed: int = 0,
     build: bool = True,
+    solution: str | None = None,
 ) -> CaseSetup:
-    """Open ``target`` (a built-in op name or a .py file) on ``device`` and make one case of impl ``impl``
-    (see ``Target.case``)."""
-    return open_target(target, device).case(impl, op_name=op_name, size=size, dtype=dtype, seed=seed, build=build)
+    """Open ``target`` (see ``open_target``) on ``device`` and make one case of impl ``impl`` (see ``Target.case``)."""
+    opened = open_target(target, device, solution)
+    return opened.case(impl, op_name=op_name, size=size, dtype=dtype, seed=seed, build=build)
 
 
 def pick(
@@ -179,6 +199,33 @@ def resolve(target: str) -> str:
     if target in BUILTIN_OPS:
         return BUILTIN_OPS[target]
     raise LoadError(f"unknown op {target!r}; built-in ops: {', '.join(BUILTIN_OPS)}; or give the path of a .py file")
+
+
+def resolve_problem(target: str, solution: str | None = None) -> tuple[str, str | None]:
+    """(source, format): an outside problem (formats.detect) -> the generated op file and its format; anything
+    else -> ``resolve(target)`` and None. A ``solution`` is only for a problem; LoadError names what is wrong."""
+    from kernelkit import formats  # here, not at the top: formats' exporter opens targets through this module
+
+    path = Path(target).expanduser()
+    builtin = target in BUILTIN_OPS and os.sep not in target  # a built-in name wins over a file or folder like it
+    kind = formats.detect(path) if path.exists() and not builtin else None
+    if kind is None:
+        if path.is_dir() and not builtin:
+            formats.load_ops(path)  # raises the LoadError that says what a folder must hold
+        if solution is not None:
+            raise LoadError(f"--solution is for a KernelBench problem, a folder of them or a GPU MODE task; {target} "
+                            "is none of these")
+        return resolve(target), None
+    if solution is not None:
+        chosen = Path(solution).expanduser()
+        if not chosen.exists():
+            raise LoadError(f"no such solution: {solution!r}")
+        if kind == "kernelbench-level" and not chosen.is_dir():
+            raise LoadError(f"the solution of a level is a folder of solution files (matched by name); {solution} "
+                            "is a file")
+        if kind == "gpumode" and not chosen.is_file():
+            raise LoadError(f"the solution of a GPU MODE task is a submission file; {solution} is a folder")
+    return formats.source_file(path, solution), kind
 
 
 def load(source: str) -> dict[str, Op]:

@@ -13,7 +13,7 @@ from typing import Annotated
 import typer
 
 from kernelkit import __version__
-from kernelkit.cli import bench, check, demo, doctor, profile
+from kernelkit.cli import bench, check, demo, doctor, export, profile
 from kernelkit.cli.common import EXIT_INTERRUPTED, err, out
 
 app = typer.Typer(
@@ -31,7 +31,7 @@ def _root(version: Annotated[bool, typer.Option("--version", help="Print the ver
         raise typer.Exit()
 
 
-for group in (check, bench, profile, demo, doctor):
+for group in (check, bench, profile, export, demo, doctor):
     group.register(app)
 
 

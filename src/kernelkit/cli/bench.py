@@ -18,6 +18,7 @@ from kernelkit.cli.common import (
     GpusOpt,
     RayOpt,
     RunArg,
+    SolutionOpt,
     StoreOpt,
     TargetArg,
     err,
@@ -69,11 +70,14 @@ def bench_command(
     plot_dir: Annotated[Path | None, typer.Option("--plot", help="Save PNG and SVG figures here: per op and dtype "
                                                   "the rate against size, the roofline and the peak memory (where "
                                                   "measured), and one roofline of every op.")] = None,
+    solution: SolutionOpt = None,
 ) -> None:
     """Time every impl of an op against eager PyTorch and torch.compile, after checking each against the reference.
 
     Each (size, dtype) runs in a worker process. Prints medians with their spread, GB/s and TFLOP/s from the
     op's cost model, % of the device's calibrated ceilings, and speedups with 95% bootstrap intervals.
+    A folder of KernelBench problems also gets the level summary (fast_0, fast_1, fast_2, geometric-mean speedup
+    of the solution over eager); a GPU MODE task, its ranking score (the geometric mean of the benchmark times).
     Exit code: 0 when every case that ran was correct and timed, 1 otherwise, 2 for bad arguments, 130 when
     interrupted (finished cases are kept in the store).
     """
@@ -96,7 +100,7 @@ def bench_command(
                 target, impls=impl or [], sizes=size_list, dtypes=dtype_list, device=device, mode=mode,
                 budget=budget, rse_target=rse, baselines=baselines, graph_warm=graph_warm, timeout=timeout,
                 gpus=gpus, ray=ray,
-                store=opened, command=shlex.join(["kernelkit", *sys.argv[1:]]), on_result=advance,
+                store=opened, command=shlex.join(["kernelkit", *sys.argv[1:]]), on_result=advance, solution=solution,
             )
     except KernelkitError as exc:
         raise fail(exc, EXIT_USAGE) from None
@@ -104,7 +108,7 @@ def bench_command(
         if opened is not None:
             opened.close()
     out.print(bench_table([r for r in report.results if r.status is not Status.SKIPPED]))
-    for line in skip_lines(report.results) + warning_lines(report.results):
+    for line in skip_lines(report.results) + warning_lines(report.results) + _format_lines(target, report.results):
         out.print(line, highlight=False)
     _write_outputs(report.results, report.env, json_path, csv_path, plot_dir)
     if report.run_id is not None:
@@ -113,6 +117,22 @@ def bench_command(
     if report.interrupted:
         raise typer.Exit(EXIT_INTERRUPTED)
     raise typer.Exit(0 if report.ok else EXIT_FAILED)
+
+
+def _format_lines(target: str, results: list) -> list[str]:
+    """A KernelBench level's summary or a GPU MODE task's score, below the table; [] for other targets."""
+    from kernelkit import formats
+    from kernelkit.formats import kernelbench, summary
+    from kernelkit.report.formats_view import gpumode_lines, level_lines
+
+    kind = formats.detect(target)
+    if kind == "kernelbench-level":
+        impl = summary.solution_impl(results)
+        problems = [p.stem for p in kernelbench.problem_files(target)]  # one without a solution counts too
+        return level_lines(formats.level_summary(summary.scores_from_results(results, impl, problems)), impl)
+    if kind == "gpumode":
+        return gpumode_lines(summary.gpumode_scores(results))
+    return []
 
 
 def _write_outputs(results: list, env: dict, json_path: Path | None, csv_path: Path | None,

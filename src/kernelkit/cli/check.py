@@ -19,6 +19,7 @@ from kernelkit.cli.common import (
     ImplOpt,
     RayOpt,
     SizesOpt,
+    SolutionOpt,
     TargetArg,
     TimeoutOpt,
     fail,
@@ -67,31 +68,56 @@ def check_command(
     compile_mode: CompileModeOpt = None,
     gpus: GpusOpt = None,
     ray: RayOpt = None,
+    solution: SolutionOpt = None,
+    verdicts: Annotated[bool, typer.Option(help="With a KernelBench problem or a GPU MODE task: reach the format's "
+                                                "own verdict too, beside kernelkit's.")] = True,
 ) -> None:
     """Check every case (impl x size x dtype x seed) against the op's reference, each in a worker process.
 
     Every op also has a `compile` impl (torch.compile of its reference), run when named: --impl compile.
+    A KernelBench problem (with --solution: its ModelNew file), a folder of them (--solution: a folder, matched by
+    file name) or a GPU MODE task folder (--solution: a submission file) also gets the format's own verdict,
+    beside kernelkit's status and why they differ. The exit code follows kernelkit's statuses.
     Exit code: 0 when every case that ran PASSED (with --strict: and none was SKIPPED), 1 otherwise,
     2 for bad arguments, 130 when interrupted.
     """
     from kernelkit import __version__
     from kernelkit.report.check_table import check_json, print_report
+    from kernelkit.report.formats_view import verdict_json, verdict_lines
 
     if compile_mode is not None:
         set_compile_mode(compile_mode)
     report = _run_check(target, impl or [], device, sizes, dtypes, seeds, timeout, quiet=as_json,
-                        gpus=gpus, ray=ray)
+                        gpus=gpus, ray=ray, solution=solution)
+    rows = _verdicts(target, solution, impl or [], report, timeout) if verdicts and not report.interrupted else []
     if as_json:
-        print(json.dumps(check_json(report, __version__), indent=2))
+        data = check_json(report, __version__)
+        if rows:
+            data["verdicts"] = [verdict_json(row) for row in rows]
+        print(json.dumps(data, indent=2))
     else:
         print_report(out, report.results, report.device, report.planned, report.interrupted)
+        for line in verdict_lines(rows):
+            out.print(line, highlight=False)
     raise typer.Exit(_exit_code(report, strict))
+
+
+def _verdicts(target: str, solution: str | None, impls: list[str], report: RunReport, timeout: float) -> list:
+    """The format's own verdict on each problem of an outside problem target, beside kernelkit's; [] otherwise."""
+    from kernelkit.formats.jobs import run_verdicts, verdict_jobs
+
+    planned = [p for p in verdict_jobs(target, solution) if not impls or p.impl in impls]
+    if not planned:
+        return []
+    with progress() as bar:
+        bar.add_task(f"the format's own verdict on {len(planned)} problem(s)", total=None)
+        return run_verdicts(planned, report.results, report.device, timeout=max(timeout, 300.0))
 
 
 def _run_check(
     target: str, impls: list[str], device: str | None, sizes: str | None, dtypes: str | None,
     seeds: int, timeout: float, quiet: bool,
-    gpus: str | None = None, ray: str | None = None,
+    gpus: str | None = None, ray: str | None = None, solution: str | None = None,
 ) -> RunReport:
     try:
         size_list, dtype_list = parse_sizes(sizes), parse_dtypes(dtypes)
@@ -101,7 +127,8 @@ def _run_check(
             def advance(result: CaseResult) -> None:
                 bar.update(task, advance=1, description=f"{result.impl} {result.status.value}")
 
-            dev, cases = plan(target, impls=impls, device=device, sizes=size_list, dtypes=dtype_list, seeds=seeds)
+            dev, cases = plan(target, impls=impls, device=device, sizes=size_list, dtypes=dtype_list, seeds=seeds,
+                              solution=solution)
             bar.update(task, total=len(cases))
             if gpus is not None or ray is not None:
                 from kernelkit.scale import check_spread

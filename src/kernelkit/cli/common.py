@@ -25,7 +25,11 @@ err = Console(stderr=True)
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 
-TargetArg = Annotated[str, typer.Argument(help="A built-in op name (see `kernelkit ops`) or a .py file of ops.")]
+TargetArg = Annotated[str, typer.Argument(help="A built-in op name (see `kernelkit ops`), a .py file of ops, a "
+                                              "KernelBench problem file or folder of them, or a GPU MODE task folder.")]
+SolutionOpt = Annotated[str | None, typer.Option(
+    help="A KernelBench problem's solution (ModelNew) file, a folder of solutions for a folder of problems "
+         "(matched by name), or a GPU MODE submission file; default: the reference (a task: its submission.py).")]
 ImplOpt = Annotated[list[str] | None, typer.Option("--impl", "-i", help="Impl to run (repeatable); default: all.")]
 DeviceOpt = Annotated[str | None, typer.Option(help="cpu or cuda; default: cuda when a GPU is visible.")]
 SizesOpt = Annotated[str | None, typer.Option(help="Comma-separated shapes, e.g. 64x48,1823x781; default: the op's.")]

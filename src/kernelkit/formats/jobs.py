@@ -1,15 +1,31 @@
 """A format's own verdict as a job for kernelkit's worker processes (``runner.Worker.run(job, timeout)``), so a
-crash, a hang or an out-of-memory in the problem's code ends that verdict and not the caller."""
+crash, a hang or an out-of-memory in the problem's code ends that verdict and not the caller.
+
+``verdict_jobs(target, solution)`` plans one job per problem of a target (the impl it judges: the solution, the
+submission, or the reference when no solution was given); ``run_verdicts`` runs them in one worker and puts each
+verdict beside kernelkit's results for the same impl (``kernelkit check`` prints these).
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import tempfile
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Literal
 
 from kernelkit.errors import describe_exception
 from kernelkit.formats import gpumode, kernelbench
-from kernelkit.formats.verdicts import GpuModeVerdict, KernelBenchVerdict, gpumode_verdict, kernelbench_verdict
+from kernelkit.formats.sources import detect
+from kernelkit.formats.verdicts import (
+    GpuModeVerdict,
+    Judged,
+    KernelBenchVerdict,
+    SideBySide,
+    gpumode_verdict,
+    kernelbench_verdict,
+    side_by_side,
+)
 from kernelkit.results import Status
 from kernelkit.spec import parse_dtype
 
@@ -54,3 +70,88 @@ class VerdictJob:
 
     def failed(self, device: str, status: Status, message: str, log: str = "") -> VerdictOutcome:
         return VerdictOutcome(status, message=message, log=log)
+
+
+@dataclass(frozen=True)
+class PlannedVerdict:
+    """The format's verdict to reach on op ``op``'s impl ``impl`` (the one kernelkit's results are put beside)."""
+
+    op: str
+    impl: str
+    job: VerdictJob
+
+
+@dataclass
+class VerdictRow:
+    """One problem: the format's verdict (or why there is none) and kernelkit's beside it."""
+
+    op: str
+    impl: str
+    outcome: VerdictOutcome
+    side: SideBySide | None = None  # None: no verdict was reached, or kernelkit has no result for the impl
+
+    def line(self) -> str:
+        if self.side is not None:
+            return self.side.line()
+        if self.outcome.verdict is not None:
+            return f"{self.outcome.verdict.describe()}; kernelkit: no result for {self.impl}"
+        return f"no verdict of the format's own: {self.outcome.status.value}: {self.outcome.message}"
+
+
+def verdict_jobs(target: str | Path, solution: str | Path | None = None) -> list[PlannedVerdict]:
+    """One verdict per problem of ``target`` (a KernelBench problem or level folder, a GPU MODE task; [] for
+    anything else), on the impl kernelkit runs as the solution: ``solution``, ``submission``, or ``reference``
+    when no solution was given (KernelBench then judges the problem's Model as its own ModelNew). A GPU MODE task
+    without a submission has none: GPU MODE only judges a custom_kernel."""
+    path = Path(target).expanduser().resolve()
+    chosen = Path(solution).expanduser().resolve() if solution is not None else None
+    kind = detect(path)
+    if kind == "gpumode":
+        if chosen is None and not (path / "submission.py").is_file():
+            return []
+        return [PlannedVerdict(path.name, "submission", VerdictJob("gpumode", str(path), _text(chosen)))]
+    if kind == "kernelbench":
+        problems = [path]
+    elif kind == "kernelbench-level":
+        problems = kernelbench.problem_files(path)
+    else:
+        return []
+    planned = []
+    for problem in problems:
+        mine = chosen
+        if chosen is not None and chosen.is_dir():
+            mine = kernelbench.find_solution(problem, chosen)
+        impl = "solution" if mine is not None else "reference"
+        planned.append(PlannedVerdict(problem.stem, impl, VerdictJob("kernelbench", str(problem), _text(mine))))
+    return planned
+
+
+def _text(path: Path | None) -> str | None:
+    return str(path) if path is not None else None
+
+
+def run_verdicts(
+    planned: Sequence[PlannedVerdict], results: Sequence[Judged], device: str, *, timeout: float = 300.0,
+    isolate: bool = True,
+) -> list[VerdictRow]:
+    """Each planned verdict, reached in one worker process (in this one with ``isolate=False``), beside kernelkit's
+    result for the same op and impl (``results``: CaseResults or BenchResults; the first of them that did not
+    pass stands for the impl, else its first)."""
+    from kernelkit import runner  # here: the runner imports every stage; this module is imported by formats
+
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="kernelkit-verdicts-") as tmp:
+        worker = runner.Worker(device, Path(tmp) / "worker.log") if isolate else None
+        try:
+            for plan in planned:
+                outcome = worker.run(plan.job, timeout) if worker else plan.job.execute(device)
+                mine = [r for r in results if (getattr(r, "op", ""), getattr(r, "impl", "")) == (plan.op, plan.impl)]
+                standing = next((r for r in mine if r.status is not Status.PASSED), mine[0] if mine else None)
+                side = None
+                if outcome.verdict is not None and standing is not None:
+                    side = side_by_side(outcome.verdict, standing)
+                rows.append(VerdictRow(plan.op, plan.impl, outcome, side))
+        finally:
+            if worker is not None:
+                worker.stop()
+    return rows

@@ -11,6 +11,9 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
+
+from kernelkit.results import Status
 
 FAST_P = (0.0, 1.0, 2.0)
 
@@ -60,3 +63,55 @@ def level_summary(scores: Sequence[ProblemScore], ps: Sequence[float] = FAST_P) 
         n=len(scores), n_correct=sum(1 for s in scores if s.correct), fast={p: fast_p(scores, p) for p in ps},
         geomean_speedup=geometric_mean(timed),
     )
+
+
+SOLUTION_IMPLS = ("solution", "submission")  # what a problem's loader calls the impl under test
+
+
+def solution_impl(results: Sequence[Any]) -> str:
+    """The impl a summary scores: the solution (or submission) when the results have one, else the reference."""
+    return next((name for name in SOLUTION_IMPLS if any(r.impl == name for r in results)), "reference")
+
+
+def scores_from_results(results: Sequence[Any], impl: str | None = None,
+                        ops: Sequence[str] = ()) -> list[ProblemScore]:
+    """One ProblemScore per op (``ops``, default those of the results) of a benchmark's results (BenchResults):
+    ``impl`` (default solution_impl) correct when kernelkit PASSED it at every size it ran, its speedup the
+    geometric mean of its speedups over eager. An op without a result of ``impl`` (a problem with no solution)
+    counts as not correct, as KernelBench counts it."""
+    impl = impl or solution_impl(results)
+    by_op: dict[str, list[Any]] = {name: [] for name in ops}
+    for r in results:
+        mine = by_op.setdefault(r.op, [])
+        if r.impl == impl:
+            mine.append(r)
+    scores = []
+    for name, mine in by_op.items():
+        correct = bool(mine) and all(r.status is Status.PASSED for r in mine)
+        ratios = [r.speedups["eager"].value for r in mine if "eager" in r.speedups]
+        speedup = geometric_mean(ratios) if correct and len(ratios) == len(mine) else None
+        scores.append(ProblemScore(name, correct, speedup))
+    return scores
+
+
+@dataclass(frozen=True)
+class GpuModeScore:
+    """GPU MODE's ranking score of one impl: the geometric mean of its benchmark times (None unless all timed)."""
+
+    impl: str
+    geomean_s: float | None
+    timed: int
+    benchmarks: int
+
+
+def gpumode_scores(results: Sequence[Any]) -> list[GpuModeScore]:
+    """The ranking score of each impl and baseline that a task's benchmark results hold, in their order."""
+    by_impl: dict[str, list[Any]] = {}
+    for r in results:
+        by_impl.setdefault(r.impl, []).append(r)
+    scores = []
+    for impl, mine in by_impl.items():
+        times = [r.measurement.median for r in mine if r.measurement is not None and r.measurement.median > 0]
+        mean = geometric_mean(times) if len(times) == len(mine) else None
+        scores.append(GpuModeScore(impl, mean, len(times), len(mine)))
+    return scores

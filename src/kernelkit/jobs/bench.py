@@ -27,7 +27,7 @@ from typing import Any
 import torch
 
 from kernelkit import backends, runner, verify
-from kernelkit.errors import InputError, describe_exception
+from kernelkit.errors import BackendUnavailable, InputError, describe_exception
 from kernelkit.jobs import OnBuilt, caught_warnings, unique
 from kernelkit.jobs.check import CheckJob, judge, reference_outputs
 from kernelkit.measure import memory, timer
@@ -110,7 +110,10 @@ class BenchJob:
         """
         notices: list[str] = []
         with caught_warnings(notices):
-            outcome = self._execute(device, on_built, notices)
+            try:
+                outcome = self._execute(device, on_built, notices)
+            except BackendUnavailable as exc:  # the case's inputs do not fit the device (jobs.check.reference_outputs)
+                outcome = self.failed(device, Status.SKIPPED, str(exc))
         outcome.warnings = unique(notices)
         for result in outcome.results:
             result.warnings.extend(w for w in outcome.warnings if w not in result.warnings)
@@ -258,8 +261,10 @@ def bench_op(
     on_result: OnBenchResult | None = None,
     gpus: GpuSpec = None,
     ray: str | None = None,
+    solution: str | None = None,
 ) -> SweepReport:
-    """Benchmark ``target`` (a built-in op name or a .py file): every impl (or ``impls``) at every size and dtype.
+    """Benchmark ``target`` (a built-in op name, a .py file, a KernelBench problem or level folder, a GPU MODE task
+    folder; ``solution``: see target.open_target): every impl (or ``impls``) at every size and dtype.
 
     sizes: default the op's bench_sizes (cpu_sizes on the CPU). budget: seconds of sampling per contender and
     case (default 10 on a GPU, 0.3 on the CPU). graph_warm: graph mode without rotating input copies. store: a
@@ -267,7 +272,7 @@ def bench_op(
     group, not the sweep. gpus ('all', 2, '0,1'): the groups spread over one worker per GPU; ray ('auto', 'local',
     an address): over a Ray cluster's GPUs (see kernelkit.scale); each result then records its GPU.
     """
-    opened = open_target(target, device)
+    opened = open_target(target, device, solution)
     dev, source, ops = opened.device, opened.source, opened.ops
     spend = timer.default_budget(dev) if budget is None else budget
     settings = Settings(mode=mode, budget=spend, rse_target=rse_target, graph_warm=graph_warm)
@@ -277,7 +282,9 @@ def bench_op(
     if store is not None:
         from kernelkit.measure.host import fingerprint
 
-        report.env = fingerprint(source if source.endswith(".py") else None)
+        report.env = fingerprint(opened.user_file)
+        if opened.format is not None:  # the problem's own path is user_file; which solution ran is part of the run
+            report.env.update(format=opened.format, solution=opened.solution)
         if spread is not None:
             report.env.update(spread.describe(report.env.get("user_file")))
         report.run_id = store.begin_run(command, report.env, op=",".join(o.name for o in ops), mode=mode, device=dev)

@@ -7,8 +7,9 @@ written once: the benchmark's recheck of each timed output uses it too.
 
 from __future__ import annotations
 
+import gc
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -133,14 +134,47 @@ _references: dict[tuple[Any, ...], Made] = {}
 
 
 def reference_outputs(op: Op, size: tuple[int, ...], dtype: torch.dtype, device: str, seed: int) -> Made:
-    """Fresh inputs, the reference in float64 (fp32 where the device has no float64), and in the case dtype."""
+    """Fresh inputs, the reference in float64 (fp32 where the device has no float64), and in the case dtype.
+
+    BackendUnavailable ("out of memory on this GPU") when they do not fit even with no earlier case's kept: the
+    case is too big for the device, no impl is to blame (an impl's own out-of-memory is its RUNTIME_ERROR).
+    """
     key = (id(op), op.name, tuple(size), dtype, device, seed)
     if key not in _references:
         while len(_references) >= _REFERENCES_KEPT:
             del _references[next(iter(_references))]
-        _references[key] = _make_reference(op, size, dtype, device, seed)
+        _references[key] = _fitting(lambda: _make_reference(op, size, dtype, device, seed), device)
     inputs, refs, los = _references[key]
-    return verify.fresh_copies(inputs), refs, los
+    return _fitting(lambda: verify.fresh_copies(inputs), device), refs, los
+
+
+def _fitting(make: Callable[[], Any], device: str) -> Any:
+    """``make()``; on running out of memory, once more after dropping the references kept from earlier cases."""
+    why = None
+    for _ in range(2):
+        try:
+            return make()
+        except Exception as exc:  # noqa: BLE001 - only running out of memory is handled here
+            why = out_of_memory(exc)
+            if why is None:
+                raise
+        _references.clear()
+        gc.collect()
+        if device == "cuda":
+            torch.cuda.empty_cache()
+    where = "this GPU" if device == "cuda" else "this machine"
+    raise BackendUnavailable(f"out of memory on {where}: the case's inputs and reference do not fit: {why}")
+
+
+def out_of_memory(exc: BaseException) -> str | None:
+    """The first line of the out-of-memory error in ``exc``'s chain (its cause, its context), or None."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        text = str(seen).strip()
+        if isinstance(seen, torch.OutOfMemoryError) or (isinstance(seen, RuntimeError) and "out of memory" in text):
+            return text.splitlines()[0] if text else type(seen).__name__
+        seen = seen.__cause__ or seen.__context__
+    return None
 
 
 def _make_reference(op: Op, size: tuple[int, ...], dtype: torch.dtype, device: str, seed: int) -> Made:
@@ -148,6 +182,8 @@ def _make_reference(op: Op, size: tuple[int, ...], dtype: torch.dtype, device: s
     shown = "x".join(map(str, size))
     try:
         inputs = tuple(op.make_inputs(size, dtype, torch.device(device), seed))
+    except BackendUnavailable:
+        raise  # the inputs need a device this process lacks (a GPU MODE task on the CPU): SKIPPED, not the op's error
     except Exception as exc:  # noqa: BLE001 - the op's input factory failed: reported as the op's error
         raise InputError(f"op {op.name!r}: making its inputs for size {shown} failed: {describe_exception(exc)}; "
                          f"fix its shapes= or inputs=") from exc
