@@ -4,6 +4,7 @@ worker mid-sweep may cost at most the case it was running (Ray runs the task aga
 
 from __future__ import annotations
 
+import inspect
 import os
 import signal
 from pathlib import Path
@@ -17,6 +18,8 @@ from kernelkit.store import Store
 ray = pytest.importorskip("ray", reason="the ray extra is not installed: pip install 'kernelkit[ray]'")
 
 OPS = str(Path(__file__).parent / "planted" / "spread_ops.py")
+# Strict mode (on by default for a stored run, where bench_op has it) times on one worker: off here.
+NOT_STRICT = {"strict": False} if "strict" in inspect.signature(kk.bench_op).parameters else {}
 SIZES = [(8, 8), (16, 16)]
 pytestmark = pytest.mark.slow
 
@@ -58,7 +61,7 @@ def test_a_sweep_through_ray_streams_into_one_stored_run(cluster, tmp_path):
     seen = []
     report = kk.bench_op(OPS, impls=["eager_add", "eager"], sizes=SIZES, device="cpu", mode="hot", budget=0.05,
                          ray="local", store=store, command="kernelkit bench spread_ops.py --ray local",
-                         on_result=seen.append)
+                         on_result=seen.append, **NOT_STRICT)
     expected = sorted((f"twice/{impl}/{m}x{n}/float32", Status.PASSED) for impl in ("eager_add", "eager")
                       for m, n in SIZES)
     assert report.ok and _cases(report.results) == expected and len(seen) == len(expected)
