@@ -193,10 +193,22 @@ def test_roofline_points_sit_at_their_intensity_and_rate_in_the_figure():
     assert y1 == pytest.approx(750e12)  # the diagonal ends at the highest ridge
 
 
+def test_a_roofline_without_calibrated_ceilings_still_places_the_points_and_says_so(tmp_path: Path):
+    from kernelkit.report.roofline_plot import build_roofline_figure
+
+    found = roofline.points([square("eager", 1 << 20, 50, calibrated=False), matmul("eager", 1024, 50,
+                                                                                  calibrated=False)])
+    ax = build_roofline_figure(found, combined=True).axes[0]
+    assert "no calibrated ceilings in these results" in ax.get_title()
+    assert all(line.get_linestyle() == "None" for line in ax.get_lines())  # points, no roof
+    assert sum(len(line.get_xdata()) for line in ax.get_lines()) == 2
+
+
 def test_html_report_shows_bound_peak_memory_and_its_plot():
     results = sweep()
     page = render_report(RunData(id=3, results=results, command="kernelkit bench softmax"))
     assert "<th>bound</th>" in page and "<th>peak mem</th>" in page and 'id="memory"' in page
+    assert page.index("<th>bound</th>") < page.index("<th>% of ceiling</th>") < page.index("<th>peak mem</th>")
     assert "Peak memory against size" in page and "peak memory of one call (MiB)" in page
     assert "compute-bound (ridge at 250 FLOP/byte)" in page  # a roofline point's tooltip
     without = render_report(RunData(id=4, results=[r for r in results if r.op == "square"]))
