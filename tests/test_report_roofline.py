@@ -139,6 +139,20 @@ def test_table_and_csv_show_peak_memory_where_measured(tmp_path: Path):
     assert [r.measurement.peak_bytes for r in loaded] == [256 << 20, 32 << 20, None]
 
 
+def test_the_store_keeps_peak_memory_and_the_ceiling_that_binds(tmp_path: Path):
+    from kernelkit.store import Store
+
+    results = [softmax("eager_naive", 4096, 4096, 40, peak_bytes=96 << 20), matmul("cublas", 4096, 90)]
+    with Store.open(tmp_path / "results.sqlite") as store:
+        run = store.begin_run("kernelkit bench softmax", {})
+        for r in results:
+            store.add_result(run, r)
+        store.finish_run(run)
+        back = store.results(run)
+    assert [r.measurement.peak_bytes for r in back] == [96 << 20, None]
+    assert [roofline.binding(r.measurement).bound for r in back] == ["memory", "compute"]
+
+
 @pytest.mark.parametrize(("n", "text"), [(None, ""), (0, "0 B"), (512, "512 B"), (1536, "1.50 KiB"),
                                          (256 << 20, "256 MiB"), (3 << 29, "1.50 GiB")])
 def test_format_bytes(n, text):
