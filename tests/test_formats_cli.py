@@ -233,3 +233,48 @@ def test_workers_import_the_generated_op_file(fresh_cache: Path):
     report = kk.check(str(KB / "relu.py"), solution=str(KB / "relu_wrong.py"), device="cpu")
     assert [(r.impl, r.status) for r in report.results] == [
         ("reference", Status.PASSED), ("solution", Status.INCORRECT_NUMERICS)]
+
+
+def test_an_impls_own_out_of_memory_is_its_runtime_error(fresh_cache: Path, tmp_path: Path):
+    (tmp_path / "greedy.py").write_text((KB / "relu_solution.py").read_text().replace(
+        "class ModelNew(nn.Module):",
+        'def _greedy(*args):\n    raise RuntimeError("CUDA error: out of memory")\n\n\nclass ModelNew(nn.Module):'
+    ).replace("return torch.where(x > 0, x, torch.zeros_like(x))", "return _greedy(x)"))
+    [op] = formats.load_ops(KB / "relu.py", tmp_path / "greedy.py")
+    result = check_case(Case("t", op.name, "solution", op.sizes[0], dtype_name(torch.float32), 0), op, "cpu")
+    assert result.status is Status.RUNTIME_ERROR and "out of memory" in result.message
+
+
+GPU_OOM_PROBLEM = '''"""A problem whose input does not fit any GPU."""
+
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def forward(self, x):
+        return x * 2
+
+
+def get_inputs():
+    return [torch.empty(400 * 2**30 // 4, device="cuda")]  # 400 GiB
+
+
+def get_init_inputs():
+    return []
+'''
+
+
+@pytest.mark.gpu
+def test_on_a_gpu_a_level_runs_in_workers_and_a_problem_too_big_is_skipped(fresh_cache: Path, tmp_path: Path):
+    level = tmp_path / "level"
+    shutil.copytree(KB / "level", level)
+    (level / "4_huge.py").write_text(GPU_OOM_PROBLEM)
+    report = kk.check(str(level), device="cuda")
+    got = {r.op: r for r in report.results}
+    assert all(got[name].status is Status.PASSED for name in ("1_relu6", "2_scale", "3_row_sum"))
+    assert got["4_huge"].status is Status.SKIPPED and got["4_huge"].message.startswith("out of memory on this GPU")
+    result = cli.invoke(app, ["bench", str(level), "--device", "cuda", "--impl", "reference", "--impl", "eager",
+                              "--budget", "0.2", "--no-store"])
+    assert "4 problems, 3 correct" in result.output, result.output
+    assert "fast_0 = " in result.output and "out of memory on this GPU" in result.output

@@ -8,6 +8,7 @@ written once: the benchmark's recheck of each timed output uses it too.
 from __future__ import annotations
 
 import gc
+import re
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -166,12 +167,16 @@ def _fitting(make: Callable[[], Any], device: str) -> Any:
     raise BackendUnavailable(f"out of memory on {where}: the case's inputs and reference do not fit: {why}")
 
 
+# CUDA's and cuBLAS's "out of memory"; the CPU allocator's "can't allocate memory".
+_OOM = re.compile(r"out of memory|can't allocate memory", re.I)
+
+
 def out_of_memory(exc: BaseException) -> str | None:
     """The first line of the out-of-memory error in ``exc``'s chain (its cause, its context), or None."""
     seen: BaseException | None = exc
     while seen is not None:
         text = str(seen).strip()
-        if isinstance(seen, torch.OutOfMemoryError) or (isinstance(seen, RuntimeError) and "out of memory" in text):
+        if isinstance(seen, torch.OutOfMemoryError) or (isinstance(seen, RuntimeError) and _OOM.search(text)):
             return text.splitlines()[0] if text else type(seen).__name__
         seen = seen.__cause__ or seen.__context__
     return None
