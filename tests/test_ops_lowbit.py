@@ -178,11 +178,40 @@ def test_every_kernel_matches_the_reference_in_the_interpreter(quantization: int
             _assert_matches_reference(out, bits, *args)
 
 
-def test_gemv_with_seventeen_rows_and_both_paths_of_its_inner_loop(cpu_process) -> None:
-    # fp32 activations take the exact path (2**23 + q), 16-bit ones the 1 + q / 2**bits path with x summed apart.
-    for dtype in (torch.float16, torch.float32):
-        args = _inputs(4, 64, False, (17, 24, 128), dtype)
-        _assert_matches_reference(lowbit.linear_w4.impls["triton_gemv"].fn(*args), 4, *args)
+@pytest.mark.parametrize("split_k", [1, 4])
+def test_gemv_with_and_without_split_k_on_ragged_n_and_k(split_k: int, cpu_process, monkeypatch) -> None:
+    # One config at a time (the interpreter's default splits in 2). N = 33: a partial block of 16 rows; K = 200:
+    # a short last group at g128, 25 words in tiles of 8 (a partial tile; 4 splits of 8, 8, 8, 1 words); K = 100
+    # at 8 bits: 25 words again, per-channel; 2 rows of x: the counters of one row never serve another.
+    from kernelkit.ops.lowbit import triton_gemv
+
+    config = triton_gemv._config(16, 8, 4, 1, split_k)
+    monkeypatch.setattr(triton_gemv.lowbit_gemv_kernel, "configs", [config])
+    assert (config.pre_hook is None) == (split_k == 1)
+    for bits, group_size, symmetric, size, dtype in [(4, 128, False, (1, 33, 200), torch.float16),
+                                                      (8, None, True, (2, 33, 100), torch.float32)]:
+        args = _inputs(bits, group_size, symmetric, size, dtype)
+        first = lowbit.OPS[bits].impls["triton_gemv"].fn(*args)
+        _assert_matches_reference(first, bits, *args)
+        if split_k > 1:  # nothing left behind: a second call computes the same (its workspace is its own)
+            assert torch.equal(lowbit.OPS[bits].impls["triton_gemv"].fn(*args), first)
+
+
+def test_gemv_configs_are_the_measured_winners_and_split_ones_zero_their_workspace() -> None:
+    from kernelkit.ops.lowbit import triton_gemv
+
+    shown = {(c.kwargs["BLOCK_N"], c.kwargs["BLOCK_KW"], c.num_warps, c.num_stages, c.kwargs["SPLIT_K"])
+             for c in triton_gemv.GEMV_CONFIGS}
+    assert shown == {(8, 64, 4, 1, 1), (4, 128, 4, 1, 1), (16, 64, 4, 1, 4), (4, 128, 4, 2, 2)}
+    for config in triton_gemv.GEMV_CONFIGS:
+        assert (config.pre_hook is None) == (config.kwargs["SPLIT_K"] == 1)
+    workspace = torch.ones(6, dtype=torch.int32)
+    triton_gemv._zero_workspace({"ws_ptr": workspace})
+    assert not workspace.any()
+    # whole tiles a split, none empty: 25 words in tiles of 8 over 4 splits are 8 + 8 + 8 + 1
+    assert triton_gemv.words_per_split(25, 8, 4) == 8 and triton_gemv.words_per_split(25, 8, 1) == 32
+    assert math.ceil(1792 / triton_gemv.words_per_split(1792, 64, 4)) == 4  # 4096x14336 int8 at sk4
+    assert math.ceil(512 / triton_gemv.words_per_split(512, 128, 8)) == 4  # never more splits than tiles
 
 
 def test_the_checker_passes_every_impl_on_cpu(cpu_process) -> None:

@@ -13,11 +13,12 @@ group_size None for per-channel (quantization.py has the convention w = (q - z) 
 dtype. Any group size (a power of two, whole words) and either symmetry work with every impl but PyTorch's own.
 
 Impls of every op: ``eager_dequant`` (dequantize with PyTorch ops, then F.linear), ``triton_gemv`` (memory-bound
-M = 1 path, K spread over the threads), ``triton_splitk`` (tensor cores, K split over programs, partials combined
-with tl.atomic_add), ``triton_splitk_twopass`` (the same, partials summed by a second kernel), ``triton_gemm``
-(large M, dequantized in the K loop feeding tl.dot), ``triton_dequant_cublas`` (a dequantize kernel, then cuBLAS),
-``triton_auto`` (one of those by M: launch.pick_kernel); ``eager_int4pack_mm`` (linear_w4) and
-``eager_int8pack_mm`` (linear_w8): PyTorch's own kernels on a cached conversion of the weights (torch_packed.py).
+M = 1 path: the weights streamed once, K split over programs when long), ``triton_splitk`` (tensor cores, K split
+over programs, partials combined with tl.atomic_add), ``triton_splitk_twopass`` (the same, partials summed by a
+second kernel), ``triton_gemm`` (large M, dequantized in the K loop feeding tl.dot), ``triton_dequant_cublas`` (a
+dequantize kernel, then cuBLAS), ``triton_auto`` (one of those by M: launch.pick_kernel); ``eager_int4pack_mm``
+(linear_w4) and ``eager_int8pack_mm`` (linear_w8): PyTorch's own kernels on a cached conversion of the weights
+(torch_packed.py).
 
 "Faster than bf16" compares with F.linear on a dense weight of the same shape. That is not an impl: an impl sees
 only the op's inputs (the quantized weight), and building a dense weight inside it would time the build;
@@ -124,8 +125,8 @@ tk = launch.triton_kernels
 # name -> (runner, kernels it launches, one-line description); registered on every op below.
 IMPLS: dict[str, tuple[Runner, list[Any], str]] = {
     "eager_dequant": (_eager_dequant, [], "PyTorch ops: dequantize W to the activation dtype, then F.linear"),
-    "triton_gemv": (launch.gemv, [tk.lazy("lowbit_gemv_kernel")],
-                    "Triton GEMV: K spread over every thread, fp32 FMAs chained over each word's codes"),
+    "triton_gemv": (launch.gemv, [launch.triton_gemv_kernels.lazy("lowbit_gemv_kernel")],
+                    "Triton GEMV: each word's codes expanded in-thread, x as one vector; K split when it is long"),
     "triton_splitk": (launch.splitk, [tk.lazy("lowbit_splitk_kernel")],
                       "Triton split-K on tensor cores, partial tiles combined by tl.atomic_add in fp32"),
     "triton_splitk_twopass": (lambda p: launch.splitk(p, "twopass"),
@@ -135,8 +136,9 @@ IMPLS: dict[str, tuple[Runner, list[Any], str]] = {
                     "Triton GEMM: dequantized in the K loop feeding tl.dot, autotuned Hopper tiles"),
     "triton_dequant_cublas": (launch.dequant_cublas, [tk.lazy("lowbit_dequant_kernel")],
                               "Triton dequantize kernel to the activation dtype, then cuBLAS (F.linear)"),
-    "triton_auto": (launch.auto, [tk.lazy(name) for name in ("lowbit_gemv_kernel", "lowbit_splitk_kernel",
-                                                              "lowbit_gemm_kernel", "lowbit_dequant_kernel")],
+    "triton_auto": (launch.auto, [launch.triton_gemv_kernels.lazy("lowbit_gemv_kernel")]
+                    + [tk.lazy(name) for name in ("lowbit_splitk_kernel", "lowbit_gemm_kernel",
+                                                  "lowbit_dequant_kernel")],
                     "the dispatcher: GEMV, split-K, GEMM or dequantize + cuBLAS by M (launch.pick_kernel)"),
 }
 TORCH_IMPLS: dict[int, tuple[str, Runner, str]] = {

@@ -1,6 +1,7 @@
 """Launchers of the Triton kernels (grids, tile choices, split-K buffers) and the dispatcher that picks one by M.
 
-Nothing here imports triton: the kernels come from ``triton.py`` through a lazy module, loaded on the first launch.
+Nothing here imports triton: the kernels come from ``triton.py`` and ``triton_gemv.py`` (the M = 1 GEMV) through
+lazy modules, loaded on the first launch.
 The crossovers and tile tables are named constants below, chosen from the arithmetic in the comments; they are
 to be re-measured on the GPU (``scripts/gpu-lowbit`` prints every kernel at every M beside the dispatcher).
 """
@@ -12,10 +13,10 @@ from dataclasses import dataclass
 import torch
 
 from kernelkit.backends.lazy import kernel_module
-from kernelkit.ops.lowbit import packing
 from kernelkit.ops.lowbit.inputs import LinearShape
 
 triton_kernels = kernel_module("kernelkit.ops.lowbit", "triton")
+triton_gemv_kernels = kernel_module("kernelkit.ops.lowbit", "triton_gemv")  # the M = 1 GEMV
 
 # Dispatcher crossovers, by rows of activations M (to be re-measured on the H100):
 # - GEMV up to GEMV_MAX_M: one row is pure weight streaming; CUDA-core FMAs keep up with HBM for one row only.
@@ -40,8 +41,6 @@ REDUCE_BLOCK = 1024
 # 16-bit values stored).
 DEQUANT_BLOCK_N = 16
 DEQUANT_BLOCK_KW = 64
-# GEMV: words that share one scale at most (a divisor of a group's words, a power of two).
-GEMV_CHUNK_WORDS = 16
 
 
 @dataclass(frozen=True)
@@ -108,16 +107,24 @@ def _sm_count(device: torch.device) -> int:
 
 
 def gemv(p: Problem) -> torch.Tensor:
-    """y (M, N): lowbit_gemv_kernel, one row of programs per row of x."""
+    """y (M, N): lowbit_gemv_kernel (triton_gemv.py), one row of programs per row of x, K split over up to
+    SPLIT_K programs as the autotuned config says. The split path's fp32 sums and counters are a buffer of this
+    call (never shared with another call, on any stream or device), zeroed by the split configs' pre-hook."""
     s = p.shape
     y = torch.empty((s.m, s.n), dtype=p.x.dtype, device=p.x.device)
-    per_word = packing.values_per_word(p.bits)
-    chunk = GEMV_CHUNK_WORDS if p.group_size is None else min(GEMV_CHUNK_WORDS, p.group_size // per_word)
-    kernel = triton_kernels.lowbit_gemv_kernel
-    grid = lambda meta: (s.m, cdiv(s.n, meta["BLOCK_N"]))  # noqa: E731
-    kernel[grid](p.x, p.packed, p.scales, p.zeros_arg, y, s.n, s.k, p.packed.shape[1], p.x.stride(0),
-                 p.packed.stride(0), p.packed.stride(1), p.scales.stride(0), y.stride(0), CHUNK_WORDS=chunk,
-                 **p.common())
+    kernels = triton_gemv_kernels.load()
+    # int32: (M, N) fp32 sums as bits, then one counter per (row of x, block of rows) at the least BLOCK_N
+    workspace = torch.empty(s.m * (s.n + cdiv(s.n, kernels.GEMV_MIN_BLOCK_N)), dtype=torch.int32,
+                            device=p.x.device)
+    kwords = p.packed.shape[1]
+
+    def grid(meta: dict) -> tuple[int, int, int]:
+        per_split = kernels.words_per_split(kwords, meta["BLOCK_KW"], meta["SPLIT_K"])
+        return s.m, cdiv(s.n, meta["BLOCK_N"]), cdiv(kwords, per_split)
+
+    kernels.lowbit_gemv_kernel[grid](p.x, p.packed, p.scales, p.zeros_arg, y, workspace, s.n, s.k, kwords,
+                                     p.x.stride(0), p.packed.stride(0), p.scales.stride(0), y.stride(0),
+                                     **p.common())
     return y
 
 

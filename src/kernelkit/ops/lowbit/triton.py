@@ -2,14 +2,12 @@
 
 Every kernel reads the packing of packing.py: code k of row n in word k // P at bits (k % P) * BITS. Codes become
 floats without an int-to-float conversion (a 16-a-clock instruction on Hopper, 8x slower than an FMA): a shift and
-one bitwise op put the code into the mantissa of a float whose value is then exact, 1 + q / 2**BITS (the top
-mantissa bits of 1.0) or 2**23 + q (the bottom ones). The tensor-core kernels then make (q - z) s exactly in fp32
-and round it once to the activation dtype, the reference's own rounding; the GEMV multiplies in fp32 throughout.
+one bitwise op put the code into the top mantissa bits of 1.0, a float whose value is then exactly 1 + q / 2**BITS.
+Every kernel then makes (q - z) s exactly in fp32 with one FMA (``_lane``); the tensor-core kernels round it once
+to the activation dtype, the reference's own rounding, and the GEMV multiplies it by x in fp32.
 
-- ``lowbit_gemv_kernel``: one row of x per row of programs, BLOCK_N output channels a program, the K loop spread
-  over every thread of the program (one word a thread per row and chunk: coalesced 4-byte loads), fp32 FMAs that
-  chain over the P codes of a word; the partial sums meet in one reduction at the end. Per-group scales are loaded
-  per chunk of words inside the loop, per-channel ones once after it.
+- ``lowbit_gemv_kernel`` (M = 1) lives in triton_gemv.py: the same lanes (``_lane``, ``_join*``) over a
+  [rows, words] tile against x as one vector, K split over programs when it is long.
 - ``lowbit_splitk_kernel``: small M on tensor cores. Output tiles are computed transposed, W_tile @ x_tile.T, so
   the dequantized weights are the wgmma's register operand and the few activation rows its shared-memory one; K is
   split over SPLIT_K programs, whose partial tiles are added with ``tl.atomic_add`` into an fp32 buffer, or
@@ -18,8 +16,8 @@ and round it once to the activation dtype, the reference's own rounding; the GEM
   grouped program order for L2 reuse; autotuned over Hopper tile shapes.
 - ``lowbit_dequant_kernel``: the whole (N, K) weight in the activation dtype, for cuBLAS to multiply.
 
-The tensor-core kernels expand a tile of words lane by lane and stack the lanes with tl.join, so each thread
-expands its own words (Triton would spread a broadcast lane axis over threads); the GEMV keeps lanes unrolled.
+Every kernel expands a tile of words lane by lane and stacks the lanes with tl.join, so each thread expands its
+own words (Triton would spread a broadcast lane axis over threads).
 """
 
 from __future__ import annotations
@@ -43,15 +41,6 @@ def _configs(gpu: list[triton.Config], interpreter: triton.Config) -> list[trito
     return [interpreter] if interpreting() else gpu
 
 
-# GEMV: (BLOCK_N output channels, BLOCK_KW words of K a step) x warps. Programs: ceil(N / BLOCK_N) per row of x;
-# each thread loads one word a row and chunk of 16 words, BLOCK_N * BLOCK_KW / (32 * warps) = 8 or 16 words a step
-# (32 or 64 bytes in flight a thread). Few configs: each is a compile on a cold cache.
-GEMV_CONFIGS = [
-    triton.Config({"BLOCK_N": bn, "BLOCK_KW": bkw}, num_warps=w, num_stages=1)
-    for bn, bkw, w in [(4, 256, 4), (8, 256, 4), (8, 128, 4), (16, 128, 8), (4, 512, 8)]
-]
-GEMV_INTERPRETER_CONFIG = triton.Config({"BLOCK_N": 32, "BLOCK_KW": 16}, num_warps=4, num_stages=1)
-
 # GEMM on Hopper: (BLOCK_N channels, BLOCK_M activation rows, BLOCK_K) x warps x stages, grouped by GROUP_N.
 # The weights are the wgmma's register operand (dequantized there), x the shared-memory one.
 GEMM_CONFIGS = [
@@ -69,7 +58,6 @@ def chunk_words(bits: int, group_size: int, block_k: int) -> int:
     return min(group_size // (32 // bits), tile_words) if group_size else tile_words
 
 
-MAGIC = tl.constexpr(0x4B000000)  # float32 2**23: OR-ing an integer below 2**23 into it gives 2**23 + q exactly
 ONE = tl.constexpr(0x3F800000)  # float32 1.0: a code OR-ed into its top mantissa bits gives 1 + q / 2**BITS
 
 
@@ -79,91 +67,6 @@ def _zero_codes(z_ptr, offsets, mask, BITS: tl.constexpr, HAS_ZEROS: tl.constexp
     if HAS_ZEROS:
         return tl.load(z_ptr + offsets, mask=mask, other=0).to(tl.int32)
     return tl.full(offsets.shape, 1 << (BITS - 1), tl.int32)
-
-
-@triton.jit
-def _word_sums(words, x_row, kw, zero, K, BITS: tl.constexpr, EXACT: tl.constexpr, EVEN_K: tl.constexpr):
-    """sum over the P codes of each word of (q - z) x: words [BLOCK_N, CHUNKS, CHUNK] int32, kw their word
-    indices, zero int32 codes broadcastable to them; fp32 [BLOCK_N, CHUNKS, CHUNK].
-
-    fp32 activations (EXACT): 2**23 + q minus 2**23 + z is q - z exactly, times x. 16-bit activations: the code
-    goes into the top mantissa bits of 1.0, f = 1 + q / 2**BITS exactly (a shift and a bitwise op), and
-    (sum f x - (1 + z / 2**BITS) sum x) 2**BITS is the same sum with one FMA a code; the subtraction costs a few
-    bits of fp32 (~1e-6 relative), far below a 16-bit rounding. The lanes are unrolled: the FMAs chain.
-    """
-    MASK: tl.constexpr = (1 << BITS) - 1
-    sums = tl.zeros(words.shape, dtype=tl.float32)
-    x_sum = tl.zeros(kw.shape, dtype=tl.float32)
-    if EXACT:
-        zero_f = (zero | MAGIC).to(tl.float32, bitcast=True)  # 2**23 + z
-    for lane in tl.static_range(32 // BITS):
-        k = kw * (32 // BITS) + lane
-        if EVEN_K:
-            xv = tl.load(x_row + k).to(tl.float32)
-        else:
-            xv = tl.load(x_row + k, mask=k < K, other=0.0).to(tl.float32)
-        if EXACT:
-            q = (((words >> (lane * BITS)) & MASK) | MAGIC).to(tl.float32, bitcast=True)
-            sums += (q - zero_f) * xv
-        else:
-            up = 23 - BITS - lane * BITS  # where this lane's code moves: left (>= 0) or right, a constant
-            if up >= 0:
-                moved = words << up
-            else:
-                moved = words >> -up
-            sums += ((moved & (MASK << (23 - BITS))) | ONE).to(tl.float32, bitcast=True) * xv
-            x_sum += xv
-    if not EXACT:
-        sums = (sums - (1.0 + zero.to(tl.float32) * (1.0 / (1 << BITS))) * x_sum) * (1 << BITS)
-    return sums
-
-
-@triton.autotune(configs=_configs(GEMV_CONFIGS, GEMV_INTERPRETER_CONFIG), key=["N", "K", "BITS", "GROUP_SIZE"],
-                 do_bench=_tuning_bench)
-@triton.heuristics({"EVEN_K": lambda a: a["K"] % (a["BLOCK_KW"] * (32 // a["BITS"])) == 0})
-@triton.jit(do_not_specialize=["stride_wk"])
-def lowbit_gemv_kernel(x_ptr, w_ptr, s_ptr, z_ptr, y_ptr, N, K, KW, stride_xm, stride_wn, stride_wk, stride_sn,
-                       stride_ym, BITS: tl.constexpr, GROUP_SIZE: tl.constexpr, HAS_ZEROS: tl.constexpr,
-                       CHUNK_WORDS: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_KW: tl.constexpr,
-                       EVEN_K: tl.constexpr):
-    # y[m, n] = sum_k x[m, k] (q[n, k] - z) s. Reads N * KW words, the scales and one row of x per program row.
-    # GROUP_SIZE 0: per-channel. Tiles are [rows, chunks, words]: CHUNK_WORDS words share one scale.
-    P: tl.constexpr = 32 // BITS
-    CHUNK: tl.constexpr = CHUNK_WORDS  # at most 16 (launch.py), and every config's BLOCK_KW is at least that
-    CHUNKS: tl.constexpr = BLOCK_KW // CHUNK
-    PER_GROUP: tl.constexpr = GROUP_SIZE > 0
-    m = tl.program_id(0).to(tl.int64)  # consecutive programs share a band of weights (L2 hits past M = 1)
-    rows = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
-    # Rows past N read row N - 1 (in bounds, no mask on the hot loads) and are not stored.
-    safe_rows = tl.minimum(rows, N - 1).to(tl.int64)
-    chunk = tl.arange(0, CHUNKS)
-    word_in_tile = (chunk[:, None] * CHUNK + tl.arange(0, CHUNK)[None, :])[None, :, :]  # [1, CHUNKS, CHUNK]
-    w_rows = w_ptr + safe_rows[:, None, None] * stride_wn  # [BLOCK_N, 1, 1]
-    x_row = x_ptr + m * stride_xm
-    if not PER_GROUP:
-        zero = _zero_codes(z_ptr, safe_rows * stride_sn, safe_rows >= 0, BITS, HAS_ZEROS)[:, None, None]
-    acc = tl.zeros([BLOCK_N, CHUNKS, CHUNK], dtype=tl.float32)
-    for kw0 in range(0, KW, BLOCK_KW):
-        kw = kw0 + word_in_tile
-        # stride_wk is 1, kept unknown to the compiler: words then load one a thread (coalesced 4-byte loads), in
-        # the layout of the activations' loads (one lane of P apart), so no tile moves between threads.
-        if EVEN_K:
-            words = tl.load(w_rows + kw * stride_wk)
-        else:
-            words = tl.load(w_rows + kw * stride_wk, mask=kw < KW, other=0)
-        if PER_GROUP:
-            group = (kw0 + chunk * CHUNK) * P // GROUP_SIZE  # [CHUNKS]
-            at = safe_rows[:, None] * stride_sn + group[None, :]
-            in_k = group[None, :] * GROUP_SIZE < K
-            scale = tl.load(s_ptr + at, mask=in_k, other=0.0).to(tl.float32)[:, :, None]  # [BLOCK_N, CHUNKS, 1]
-            zero = _zero_codes(z_ptr, at, in_k, BITS, HAS_ZEROS)[:, :, None]
-            acc += _word_sums(words, x_row, kw, zero, K, BITS, x_ptr.dtype.element_ty == tl.float32, EVEN_K) * scale
-        else:
-            acc += _word_sums(words, x_row, kw, zero, K, BITS, x_ptr.dtype.element_ty == tl.float32, EVEN_K)
-    y = tl.sum(tl.sum(acc, axis=2), axis=1)
-    if not PER_GROUP:
-        y = y * tl.load(s_ptr + safe_rows * stride_sn).to(tl.float32)
-    tl.store(y_ptr + m * stride_ym + rows, y.to(y_ptr.dtype.element_ty), mask=rows < N)
 
 
 @triton.jit
