@@ -3,6 +3,7 @@ is told in one line (``describe_exception``): a status message points at the use
 
 from __future__ import annotations
 
+import difflib
 import sysconfig
 import traceback
 from pathlib import Path
@@ -43,6 +44,12 @@ class BackendUnavailable(KernelkitError):
 
 class LaunchError(KernelkitError, ValueError):
     """Arguments given to a kernel launch do not match the kernel (wrong dtype, device, count, ...)."""
+
+
+def did_you_mean(word: str, choices: object) -> str:
+    """' (did you mean 'softmax'?)' when a choice is close to ``word``; '' otherwise."""
+    close = difflib.get_close_matches(word, [str(c) for c in choices], n=1, cutoff=0.6)  # type: ignore[attr-defined]
+    return f" (did you mean {close[0]!r}?)" if close else ""
 
 
 def describe_exception(exc: BaseException) -> str:

@@ -100,7 +100,15 @@ def resident_bytes() -> int:
 
 
 def group_members(group: int | None = None) -> list[int]:
-    """Processes of process group ``group`` (default: this process's), this process excluded; [] without /proc."""
+    """Processes of process group ``group`` (default: this process's), this process excluded; [] without /proc.
+
+    This process's own group is read from its children lists (/proc/self/task/*/children: a fraction of a
+    millisecond); a process that left them (a daemon's double fork) stays in the group, and is killed with the
+    worker when the worker is replaced or stopped. Another group is found by a scan of /proc (tens of ms)."""
+    if group is None:
+        found = _children()
+        if found is not None:
+            return found
     group = os.getpgrp() if group is None else group
     me = os.getpid()
     found = []
@@ -119,6 +127,27 @@ def group_members(group: int | None = None) -> list[int]:
         if len(fields) > 2 and int(fields[2]) == group and fields[0] != b"Z":
             found.append(int(name))
     return found
+
+
+def _children() -> list[int] | None:
+    """This process's live children (not zombies), from /proc/self/task/*/children; None where that is missing."""
+    try:
+        tasks = os.listdir("/proc/self/task")
+        pids = set()
+        for task in tasks:
+            with open(f"/proc/self/task/{task}/children", "rb") as f:
+                pids.update(int(p) for p in f.read().split())
+    except (OSError, ValueError):
+        return None
+    alive = []
+    for pid in sorted(pids):
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as f:
+                if f.read().rsplit(b")", 1)[1].split()[0] != b"Z":
+                    alive.append(pid)
+        except (OSError, IndexError):
+            continue
+    return alive
 
 
 def kill_group(pid: int) -> None:

@@ -55,10 +55,16 @@ class Comparison:
     rtol: float = 0.0
     ref_err: float = 0.0  # the low-precision reference's own error (see verify.tolerance_for)
 
+    def _rel_text(self) -> str:
+        """The max relative error, over the elements whose reference is not 0 (undefined where it is)."""
+        if self.max_rel_err == 0 and self.max_abs_err > 0:
+            return "n/a (the reference is 0 where they differ)"
+        return f"{self.max_rel_err:.3g}"
+
     def describe(self) -> str:
         text = (
             f"{self.n_mismatched} of {self.n_total} elements differ; "
-            f"max abs err {self.max_abs_err:.3g}, max rel err {self.max_rel_err:.3g} "
+            f"max abs err {self.max_abs_err:.3g}, max rel err {self._rel_text()} "
             f"(allowed {self.atol:.2g} + {self.rtol:.2g}*|ref| + 2*{self.ref_err:.2g}*(1+|ref|))"
         )
         if self.mismatches:

@@ -33,7 +33,7 @@ from typing import Any
 import torch
 
 from kernelkit import backends
-from kernelkit.errors import LoadError, SpecError
+from kernelkit.errors import LoadError, SpecError, did_you_mean
 from kernelkit.ops import BUILTIN_OPS
 from kernelkit.spec import Case, Impl, Op, Size, dtype_name, to_dtype, to_size
 
@@ -192,13 +192,17 @@ def pick(
 def resolve(target: str) -> str:
     """An op name or file path as typed by the user -> a source: a module name or an absolute file path."""
     path = Path(target).expanduser()
+    if target in BUILTIN_OPS and os.sep not in target:  # a built-in name wins over a file or folder named like it
+        return BUILTIN_OPS[target]
     if target.endswith(".py") or os.sep in target or path.exists():
         if not path.is_file():
-            raise LoadError(f"no such file: {target!r}; give a built-in op ({', '.join(BUILTIN_OPS)}) or a .py file")
+            what = "a folder" if path.is_dir() else "no such file"
+            raise LoadError(f"{target!r}: {what}; give a built-in op ({', '.join(BUILTIN_OPS)}) or a .py file")
+        if path.suffix != ".py":
+            raise LoadError(f"{target!r} is not a .py file; an op file is Python, named *.py (rename it)")
         return str(path.resolve())
-    if target in BUILTIN_OPS:
-        return BUILTIN_OPS[target]
-    raise LoadError(f"unknown op {target!r}; built-in ops: {', '.join(BUILTIN_OPS)}; or give the path of a .py file")
+    raise LoadError(f"unknown op {target!r}{did_you_mean(target, BUILTIN_OPS)}; built-in ops: "
+                    f"{', '.join(BUILTIN_OPS)}; or give the path of a .py file")
 
 
 def resolve_problem(target: str, solution: str | None = None) -> tuple[str, str | None]:
@@ -286,7 +290,8 @@ def make_cases(
         registered = ", ".join(sorted({name for op in ops for name in op.impls})) or "none"
         baselines = ", ".join(sorted({name for op in ops for name in op.baselines}))
         also = f"; baselines: {baselines}" if baselines else ""
-        raise LoadError(f"unknown impl {', '.join(map(repr, unknown))}; impls here: {registered}{also}")
+        hint = did_you_mean(unknown[0], known)
+        raise LoadError(f"unknown impl {', '.join(map(repr, unknown))}{hint}; impls here: {registered}{also}")
     cases = []
     for op in ops:
         chosen = [name for name in op.all_impls() if name in impls] if impls else list(op.impls)

@@ -118,6 +118,16 @@ class CompileBackend(Backend):
     name = "compile"
     description = "torch.compile (inductor) of the reference"
 
+    def prepare_process(self, device: str) -> None:
+        """Inductor's cache under kernelkit's (not /tmp/torchinductor_$USER), unless the user chose one."""
+        if "TORCHINDUCTOR_CACHE_DIR" not in os.environ:
+            from kernelkit.cache import cache_dir
+
+            try:
+                os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(cache_dir("inductor"))
+            except OSError:  # no usable cache directory: inductor keeps its default
+                pass
+
     def build_state(self, op: Op, impl: Impl) -> dict[str, Any]:
         return {"compile_seconds": compile_seconds(op.name)}
 

@@ -11,10 +11,13 @@ import sys
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 
 from kernelkit import __version__
 from kernelkit.cli import bench, check, demo, doctor, export, profile
-from kernelkit.cli.common import EXIT_INTERRUPTED, err, out
+from kernelkit.cli.common import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_USAGE, err, out
+from kernelkit.cli.guard import unexpected
+from kernelkit.errors import KernelkitError
 
 app = typer.Typer(
     help="Write a GPU kernel, check it against a PyTorch reference, and see where its time goes.",
@@ -36,8 +39,15 @@ for group in (check, bench, profile, export, demo, doctor):
 
 
 def main() -> None:
+    """The entry point: no raw traceback for anything (see cli/guard.py)."""
     try:
         app()
     except KeyboardInterrupt:
         err.print("interrupted")
         sys.exit(EXIT_INTERRUPTED)
+    except KernelkitError as exc:  # one raised outside a command's own handling (the cache, the store)
+        err.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False)
+        sys.exit(EXIT_USAGE)
+    except Exception as exc:  # noqa: BLE001 - one line and the trace's file, never a raw traceback
+        err.print(f"[bold red]error:[/] {escape(unexpected(exc))}", highlight=False)
+        sys.exit(EXIT_ERROR)

@@ -13,9 +13,11 @@ from rich.markup import escape
 from kernelkit.cli.common import (
     EXIT_FAILED,
     EXIT_INTERRUPTED,
+    EXIT_NOT_STORED,
     EXIT_USAGE,
     DeviceOpt,
     GpusOpt,
+    MaxMemoryOpt,
     RayOpt,
     RunArg,
     SolutionOpt,
@@ -30,7 +32,8 @@ from kernelkit.cli.common import (
     progress,
     run_ref,
 )
-from kernelkit.errors import KernelkitError
+from kernelkit.cli.guard import check_output, check_seconds, set_max_memory
+from kernelkit.errors import KernelkitError, did_you_mean
 from kernelkit.results import Status
 
 
@@ -71,6 +74,7 @@ def bench_command(
                                                   "the rate against size, the roofline and the peak memory (where "
                                                   "measured), and one roofline of every op.")] = None,
     solution: SolutionOpt = None,
+    max_memory: MaxMemoryOpt = None,
 ) -> None:
     """Time every impl of an op against eager PyTorch and torch.compile, after checking each against the reference.
 
@@ -87,8 +91,10 @@ def bench_command(
 
     opened = None
     try:
+        _check_arguments(mode, device, budget, rse, timeout, store, no_store, json_path, csv_path, plot_dir)
+        set_max_memory(max_memory)
         size_list, dtype_list = parse_sizes(sizes), parse_dtypes(dtypes)
-        opened = None if no_store else open_store(store)
+        opened = None if no_store else open_store(store, create=True)
         with progress() as bar:
             task = bar.add_task("benchmarking", total=None)
 
@@ -110,7 +116,17 @@ def bench_command(
     out.print(bench_table([r for r in report.results if r.status is not Status.SKIPPED]))
     for line in skip_lines(report.results) + warning_lines(report.results) + _format_lines(target, report.results):
         out.print(line, highlight=False)
+    from kernelkit.report.bench_table import log_lines
+
+    for line in log_lines(report.results):
+        out.print(line, highlight=False, soft_wrap=True)
     _write_outputs(report.results, report.env, json_path, csv_path, plot_dir)
+    if report.store_error:
+        kept = (f"every result of this run is in {report.recovery}" if report.recovery else
+                "no recovery file could be written either: the table above and --json/--csv are what is left")
+        err.print(f"[bold red]error:[/] results not stored: {escape(report.store_error)}\n{kept}; the stored run "
+                  f"is marked incomplete", highlight=False, soft_wrap=True)
+        raise typer.Exit(EXIT_NOT_STORED)
     if report.run_id is not None:
         err.print(f"stored as run {report.run_id} in {opened.path if opened else ''}; "
                   "see `kernelkit runs`, `kernelkit compare`", highlight=False)
@@ -133,6 +149,29 @@ def _format_lines(target: str, results: list) -> list[str]:
     if kind == "gpumode":
         return gpumode_lines(summary.gpumode_scores(results))
     return []
+
+
+def _check_arguments(mode: str, device: str | None, budget: float | None, rse: float, timeout: float,
+                     store: Path | None, no_store: bool, json_path: Path | None, csv_path: Path | None,
+                     plot_dir: Path | None) -> None:
+    """Every flag that can be judged before any work: a bad one ends the command before a case runs."""
+    from kernelkit.measure.measurement import MODES
+    from kernelkit.runner import check_timeout
+    from kernelkit.target import resolve_device
+
+    if mode not in MODES:
+        raise KernelkitError(f"unknown --mode {mode!r}{did_you_mean(mode, MODES)}; use one of {', '.join(MODES)}")
+    if mode in ("graph", "kernel") and resolve_device(device) == "cpu":
+        raise KernelkitError(f"--mode {mode} needs a GPU (CUDA graphs, kernel device time); on the CPU use cold or hot")
+    check_seconds(budget, "--budget")
+    check_timeout(timeout)
+    if not (0 < rse < 1):
+        raise KernelkitError(f"--rse must be between 0 and 1 (a fraction of the median), got {rse}")
+    if no_store and store is not None:
+        raise KernelkitError("--store and --no-store contradict each other; give one")
+    check_output(json_path, "--json")
+    check_output(csv_path, "--csv")
+    check_output(plot_dir, "--plot", folder=True)
 
 
 def _write_outputs(results: list, env: dict, json_path: Path | None, csv_path: Path | None,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 from typing import Annotated
 
@@ -17,6 +18,7 @@ from kernelkit.cli.common import (
     DtypesOpt,
     GpusOpt,
     ImplOpt,
+    MaxMemoryOpt,
     RayOpt,
     SizesOpt,
     SolutionOpt,
@@ -29,6 +31,7 @@ from kernelkit.cli.common import (
     progress,
     set_compile_mode,
 )
+from kernelkit.cli.guard import json_stdout, set_max_memory
 from kernelkit.errors import KernelkitError
 from kernelkit.results import CaseResult
 from kernelkit.runner import DEFAULT_TIMEOUT, RunReport, plan, run_cases
@@ -71,6 +74,7 @@ def check_command(
     solution: SolutionOpt = None,
     verdicts: Annotated[bool, typer.Option(help="With a KernelBench problem or a GPU MODE task: reach the format's "
                                                 "own verdict too, beside kernelkit's.")] = True,
+    max_memory: MaxMemoryOpt = None,
 ) -> None:
     """Check every case (impl x size x dtype x seed) against the op's reference, each in a worker process.
 
@@ -87,9 +91,16 @@ def check_command(
 
     if compile_mode is not None:
         set_compile_mode(compile_mode)
+    try:
+        set_max_memory(max_memory)
+    except KernelkitError as exc:
+        raise fail(exc, EXIT_USAGE) from None
+    pure = contextlib.ExitStack()  # with --json, stdout holds the document alone: prints go to stderr meanwhile
+    pure.enter_context(json_stdout(as_json))
     report = _run_check(target, impl or [], device, sizes, dtypes, seeds, timeout, quiet=as_json,
                         gpus=gpus, ray=ray, solution=solution)
     rows = _verdicts(target, solution, impl or [], report, timeout) if verdicts and not report.interrupted else []
+    pure.close()
     if as_json:
         data = check_json(report, __version__)
         if rows:

@@ -24,6 +24,8 @@ out = Console(width=None if Console().is_terminal else 200)
 err = Console(stderr=True)
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+EXIT_NOT_STORED = 3  # the results store failed mid-run: the results are in a recovery file, not the store
+EXIT_ERROR = 4  # kernelkit or its environment failed (a message names it; the full trace is in a file)
 
 TargetArg = Annotated[str, typer.Argument(help="A built-in op name (see `kernelkit ops`), a .py file of ops, a "
                                               "KernelBench problem file or folder of them, or a GPU MODE task folder.")]
@@ -44,6 +46,9 @@ CompileModeOpt = Annotated[
     typer.Option(help="torch.compile mode of the `compile` baseline (default, max-autotune, ...); "
                       "default: $KERNELKIT_COMPILE_MODE or default."),
 ]
+MaxMemoryOpt = Annotated[str | None, typer.Option(
+    "--max-memory", help="Memory each worker may take on top of what it holds once started, e.g. 8G (CPU: an "
+                         "address-space limit; GPU: the share of device memory torch may allocate).")]
 RunArg = Annotated[str, typer.Argument(help="A run: an id, 'latest', or 'latest-1' for the one before.")]
 GpusOpt = Annotated[str | None, typer.Option(
     "--gpus", help="Spread the run over this host's GPUs, one worker each: all, a count (2), or indices (0,1). "
@@ -68,13 +73,36 @@ def progress(quiet: bool = False) -> Progress:
 
 
 def parse_sizes(text: str | None) -> list[Size]:
-    """'64x48,1823x781' -> [(64, 48), (1823, 781)]; None -> [] (the op's own)."""
-    return [parse_size(s) for s in text.split(",")] if text else []
+    """'64x48,1823x781' -> [(64, 48), (1823, 781)]; None -> [] (the op's own). An empty list is an error; a shape
+    with no elements is kept, with a note."""
+    if text is None:
+        return []
+    if not text.strip(" ,"):
+        raise KernelkitError("--sizes is empty; give shapes such as 64x48,1823x781, or leave it out for the op's own")
+    sizes = [parse_size(s) for s in text.split(",")]
+    for size in sizes:
+        if 0 in size:
+            err.print(f"note: size {'x'.join(map(str, size))} has no elements: its cases only show that the impls "
+                      "accept an empty input", highlight=False)
+    return sizes
 
 
 def parse_dtypes(text: str | None) -> list[torch.dtype]:
     """'float32,bf16' -> [torch.float32, torch.bfloat16]; None -> [] (the op's own)."""
-    return [parse_dtype(d) for d in text.split(",")] if text else []
+    if text is None:
+        return []
+    if not text.strip(" ,"):
+        raise KernelkitError("--dtypes is empty; give dtypes such as float32,bf16, or leave it out for the op's own")
+    from kernelkit.errors import did_you_mean
+    from kernelkit.spec import DTYPE_NAMES
+
+    dtypes = []
+    for name in text.split(","):
+        try:
+            dtypes.append(parse_dtype(name))
+        except KernelkitError as exc:
+            raise KernelkitError(f"{exc}{did_you_mean(name.strip().lower(), DTYPE_NAMES)}") from None
+    return dtypes
 
 
 def set_compile_mode(mode: str) -> None:
@@ -97,8 +125,9 @@ def run_ref(text: str) -> str | int:
         return text
 
 
-def open_store(path: Path | None) -> Store:
-    """The results store at ``path`` (default: in the cache dir), opened."""
+def open_store(path: Path | None, create: bool = False) -> Store:
+    """The results store at ``path`` (default: in the cache dir), opened; a missing ``path`` is an error unless
+    ``create`` (only a command that records a run makes a store)."""
     from kernelkit.store import Store
 
-    return Store.open(path)
+    return Store.open(path, create=create)

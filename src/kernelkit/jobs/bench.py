@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 
-from kernelkit import backends, runner, verify
+from kernelkit import backends, errors, runner, verify
 from kernelkit.errors import BackendUnavailable, InputError, describe_exception
 from kernelkit.jobs import OnBuilt, caught_warnings, unique
 from kernelkit.jobs.check import CheckJob, judge, reference_outputs
@@ -55,10 +55,13 @@ class SweepReport:
     run_id: int | None = None
     interrupted: bool = False
     env: dict[str, Any] = field(default_factory=dict)
+    store_error: str = ""  # why results could not be stored (then every result is in ``recovery``)
+    recovery: Path | None = None  # the file holding the run's results when the store failed (store.recovery)
 
     @property
     def ok(self) -> bool:
-        return not self.interrupted and bool(self.results) and not any(r.status.failed for r in self.results)
+        return (not self.interrupted and not self.store_error and bool(self.results)
+                and not any(r.status.failed for r in self.results))
 
 
 @dataclass
@@ -94,9 +97,19 @@ class BenchJob:
         per = self.settings.budget + timer.WARMUP_MAX_SECONDS + PER_CONTENDER_SLACK
         return JOB_SLACK + len(self.contenders) * per
 
+    @property
+    def limit(self) -> str:
+        """The timing limit as a TIMEOUT's message names it: what it is made of, and the flag that moves it."""
+        per = timer.WARMUP_MAX_SECONDS + PER_CONTENDER_SLACK
+        return (f"the timing limit, {JOB_SLACK:g} s + {len(self.contenders)} contender(s) x ({self.settings.budget:g} "
+                f"s of --budget + {per:g} s); it follows --budget, not --timeout")
+
     def failed(self, device: str, status: Status, message: str, log: str = "") -> BenchOutcome:
+        """Every contender ``status``; a worker that died or hung (CRASHED, TIMEOUT) marks the outcome
+        ``whole_group``: the contenders are then timed again one by one (BenchGroupRun) to find the one at fault."""
+        whole = {"whole_group": True} if status in (Status.CRASHED, Status.TIMEOUT) else {}
         return BenchOutcome([self._result(name, role, device, status, message) for name, role in self.contenders],
-                            log=log)
+                            log=log, details=whole)
 
     def _result(self, name: str, role: str, device: str, status: Status, message: str = "",
                 backend: str = "?") -> BenchResult:
@@ -291,8 +304,11 @@ def bench_op(
 
     def emit(result: BenchResult) -> None:
         report.results.append(result)
-        if store is not None:
-            store.add_result(report.run_id, result)
+        if store is not None and not report.store_error:
+            try:
+                store.add_result(report.run_id, result)
+            except errors.KernelkitError as exc:  # the store failed: the sweep goes on, the results are kept
+                report.store_error = str(exc)
         if on_result is not None:
             on_result(result)
 
@@ -306,11 +322,27 @@ def bench_op(
                 _run_group(worker, group, settings, dev, timeout, emit)
         except KeyboardInterrupt:
             report.interrupted, status = True, "interrupted"
+        except BaseException:
+            status = "failed"  # a crash of the sweep itself: never stored as finished
+            raise
         finally:
             worker.stop()
             if store is not None:
-                store.finish_run(report.run_id, status)
+                _finish(store, report, status, command)
     return report
+
+
+def _finish(store: Any, report: SweepReport, status: str, command: str) -> None:
+    """Mark the stored run ended; when a result could not be stored, 'incomplete', and every result is written to
+    a recovery file (report.recovery) instead."""
+    from kernelkit.store import recovery
+
+    try:
+        store.finish_run(report.run_id, "incomplete" if report.store_error and status == "finished" else status)
+    except errors.KernelkitError as exc:
+        report.store_error = report.store_error or str(exc)
+    if report.store_error:
+        report.recovery = recovery.save(report.results, report.env, report.run_id, command)
 
 
 @dataclass
@@ -339,9 +371,14 @@ def plan_groups(
     wanted = [n for n in impls if n not in BASELINES]
     chosen = named or (list(BASELINES) if baselines else [])
     groups = []
+    if wanted:  # as check: an impl named is an impl of any of the ops (an unknown one is an error naming them)
+        make_cases(source, ops, device, wanted, [(1,)], dtypes[:1])
     for op in ops:
         op_sizes = [tuple(s) for s in sizes] or op.bench_sizes_for(device)
-        cases = make_cases(source, [op], device, wanted, op_sizes, dtypes) if wanted or not impls else []
+        if wanted and not any(n in op.all_impls() for n in wanted):
+            continue  # the impls named belong to another op of the file
+        mine = [n for n in wanted if n in op.all_impls()]
+        cases = make_cases(source, [op], device, mine, op_sizes, dtypes) if mine or not impls else []
         cases = [c for c in cases if c.impl not in BASELINES]
         for size in op_sizes:
             for dtype in dtypes or op.dtypes:
@@ -379,6 +416,9 @@ class BenchGroupRun:
     checked: int = 0  # cases of the group checked so far
     passed: list[tuple[str, str]] = field(default_factory=list)  # (name, role) of those that passed
     timed: bool = False
+    # After the timing job's worker died or hung: the contenders still to time alone, and the results so far.
+    alone: list[tuple[str, str]] = field(default_factory=list)
+    held: list[BenchResult] = field(default_factory=list)
 
     @property
     def source(self) -> str:
@@ -396,6 +436,8 @@ class BenchGroupRun:
         if self.checked < len(self.group.cases):
             return CheckJob(self.group.cases[self.checked]), self.timeout
         contenders = ([("eager", "baseline")] if self.group.eager else []) + self.passed
+        if self.alone:
+            contenders, self.timed = self.alone[:1], False
         if self.timed or not contenders:
             return None
         g = self.group
@@ -419,11 +461,33 @@ class BenchGroupRun:
         for r in outcome.results:
             if r.status.failed and outcome.log:
                 r.details.setdefault("log", outcome.log)
+        if self.alone:  # one contender timed alone, after the group's worker died or hung
+            self.alone.pop(0)
+            self.held.extend(outcome.results)
+            return [] if self.alone else _after_alone(self.held)
+        if outcome.details.get("whole_group") and len(outcome.results) > 1:
+            # Whose fault? Each contender is timed again alone, in a fresh worker: the one that crashes or hangs
+            # again gets that status, the others their own verdicts.
+            self.alone = [(r.impl, r.role) for r in outcome.results]
+            return []
         return list(outcome.results)
 
     def moved(self, source: str) -> BenchGroupRun:
         cases = [replace(c, source=source) for c in self.group.cases]
         return replace(self, group=replace(self.group, source=source, cases=cases), passed=list(self.passed))
+
+
+def _after_alone(results: list[BenchResult]) -> list[BenchResult]:
+    """Results of contenders timed one by one after their group's worker died or hung: speedups across them, and
+    a note on each that was timed that way."""
+    _speedups(results)
+    culprits = [f"{r.impl} ({r.status.value})" for r in results if r.status in (Status.CRASHED, Status.TIMEOUT)]
+    why = f"{', '.join(culprits)} crashed or hung" if culprits else "the worker died or hung once, not again"
+    for r in results:
+        if not r.status.failed:
+            r.warnings.append(f"timed alone in a fresh worker, not interleaved with the others: while the group was "
+                              f"timed together {why}")
+    return results
 
 
 def _gate_message(checked: CaseResult) -> str:

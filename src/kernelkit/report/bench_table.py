@@ -225,6 +225,20 @@ def warning_lines(results: Sequence[BenchResult]) -> list[str]:
     return lines + worker_warning_lines(results)
 
 
+def log_lines(results: Sequence[BenchResult], lines: int = 20) -> list[str]:
+    """Under the table: the tail of the worker's log for each failed result that kept one (each log once)."""
+    shown: list[str] = []
+    seen: set[str] = set()
+    for r in results:
+        log = str(r.details.get("log") or "").strip()
+        if not r.status.failed or not log or log in seen:
+            continue
+        seen.add(log)
+        tail = "\n".join(log.splitlines()[-lines:])
+        shown.append(f"log of {r.case_id} ({r.status.value}), last lines:\n{escape(tail)}")
+    return shown
+
+
 def ceilings_table(ceilings: Ceilings) -> Table:
     """The calibrated ceilings of one device: copy bandwidth and each matmul rate, with how each was measured."""
     table = Table(title=f"ceilings of {ceilings.device_name}", title_justify="left")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import sqlite3
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -25,7 +26,8 @@ from kernelkit.measure.measurement import BenchResult
 APPLICATION_ID = 0x4B4B5253  # "KKRS": kernelkit results store, in the SQLite header (PRAGMA application_id)
 SCHEMA_VERSION = 2  # PRAGMA user_version; bump with a migration in Store._check_schema (2: results.gpu)
 BUSY_TIMEOUT_S = 30.0  # how long a writer waits for another process's lock before giving up
-FINISH_STATUSES = ("finished", "interrupted", "failed")
+BUSY_TIMEOUT_ENV = "KERNELKIT_STORE_TIMEOUT"  # seconds, instead of BUSY_TIMEOUT_S
+FINISH_STATUSES = ("finished", "interrupted", "failed", "incomplete")
 FIX = "pass --store with another path, or move the file away (a new store is then created there)"
 SQLITE_MAGIC = b"SQLite format 3\x00"
 
@@ -92,13 +94,18 @@ class Store:
         self._conn = conn
 
     @classmethod
-    def open(cls, path: Path | str | None = None) -> Store:
-        """Open the store at ``path`` (default: default_store_path()), creating the file and its parents if missing."""
+    def open(cls, path: Path | str | None = None, *, create: bool = True) -> Store:
+        """Open the store at ``path`` (default: default_store_path()), creating the file and its parents if missing
+        (with ``create=False`` a missing file given as ``path`` is a StoreError: reading never makes a store)."""
+        explicit = path is not None
         path = Path(path).expanduser() if path is not None else default_store_path()
         _sniff(path)
+        if explicit and not create and not path.exists():
+            raise StoreError(f"results store {path}: no such file; check the path given to --store (the default "
+                             f"store is {default_store_path()})")
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            conn = sqlite3.connect(str(path), timeout=BUSY_TIMEOUT_S, isolation_level=None)
+            conn = sqlite3.connect(str(path), timeout=busy_timeout(), isolation_level=None)
         except (OSError, sqlite3.Error) as exc:
             raise StoreError(f"results store {path}: cannot open it ({exc}); check the directory's permissions, "
                              f"or pass --store with another path") from exc
@@ -145,7 +152,8 @@ class Store:
                          "gbps, tflops, suspect, gpu, data) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", row)
 
     def finish_run(self, run_id: int, status: str = "finished") -> None:
-        """Mark run ``run_id`` as ended: 'finished', 'interrupted' (Ctrl-C) or 'failed'."""
+        """Mark run ``run_id`` as ended: 'finished', 'interrupted' (Ctrl-C), 'failed' (the sweep crashed) or
+        'incomplete' (some results could not be stored)."""
         if status not in FINISH_STATUSES:
             raise ValueError(f"finish_run status must be one of {FINISH_STATUSES}, not {status!r}")
         with self._transaction("finishing a run") as conn:
@@ -168,6 +176,8 @@ class Store:
         text = "-1" if text in ("latest", "last") else text
         try:
             n = int(text)
+            if abs(n) >= 2**63:
+                raise ValueError(text)
         except ValueError:
             raise StoreError(f"results store {self.path}: {ref!r} is not a run: give a run id, 'latest', or -N "
                              f"for the N-th latest; {self._latest_hint()}") from None
@@ -279,13 +289,25 @@ class Store:
         except sqlite3.Error as exc:
             text = str(exc)
             if "locked" in text or "busy" in text:
-                hint = (f"another process held the file for over {BUSY_TIMEOUT_S:.0f} s; retry when it finishes, "
-                        f"or pass --store with another path")
+                hint = (f"another process held the file locked for over {busy_timeout():g} s (set "
+                        f"{BUSY_TIMEOUT_ENV}=SECONDS to wait longer); retry when it finishes, or pass --store with "
+                        "another path")
+            elif "full" in text:
+                hint = "the disk holding it is full (or over quota): free some space, or pass --store on another disk"
             elif "readonly" in text or "unable to open" in text or "I/O" in text:
                 hint = "check the permissions of the file and its directory, and free space; or pass --store elsewhere"
             else:
                 hint = f"the file is damaged or not a kernelkit results store: {FIX}"
             raise StoreError(f"results store {self.path}: {doing} failed ({text}); {hint}") from exc
+
+
+def busy_timeout() -> float:
+    """Seconds a writer waits for another process's lock: $KERNELKIT_STORE_TIMEOUT, else BUSY_TIMEOUT_S."""
+    try:
+        seconds = float(os.environ.get(BUSY_TIMEOUT_ENV, BUSY_TIMEOUT_S))
+    except ValueError:
+        return BUSY_TIMEOUT_S
+    return seconds if 0 <= seconds < 1e6 else BUSY_TIMEOUT_S
 
 
 def _tables(conn: sqlite3.Connection) -> dict[str, set[str]]:

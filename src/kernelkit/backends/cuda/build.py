@@ -25,6 +25,7 @@ from kernelkit.errors import BackendUnavailable, CompileError
 NVCC_TIMEOUT_S = 300
 DEFAULT_OPTIONS = ("-std=c++17", "-lineinfo")  # line info lets profilers map SASS back to the user's lines
 _LOCAL_INCLUDE = re.compile(r'^\s*#\s*include\s*"([^"]+)"', re.M)
+_ANY_INCLUDE = re.compile(r'^\s*#\s*include\s*(?:"([^"]+)"|<([^>]+)>)', re.M)
 
 
 def default_arch() -> str:
@@ -134,15 +135,36 @@ def overridden(default: str, user: Sequence[str]) -> bool:
     return any(o.split("=")[0].lstrip("-") == flag for o in user)
 
 
-def local_includes(source: str, directory: Path, seen: set[Path]) -> list[bytes]:
-    """Contents of the files ``source`` includes "like this", recursively: editing one must miss the cache."""
+def local_includes(source: str, directory: Path, seen: set[Path], search: Sequence[Path] = ()) -> list[bytes]:
+    """Contents of the files ``source`` includes, recursively, found as the preprocessor finds them: "quoted"
+    beside the including file, then in ``search`` (the -I folders of the options); <angled> in ``search`` only
+    (system and toolkit headers are keyed by the compiler's version). Editing any of them must miss the cache."""
     found: list[bytes] = []
-    for name in _LOCAL_INCLUDE.findall(COMMENT.sub(" ", source)):
-        path = (directory / name).resolve()
-        if path not in seen and path.is_file():
+    for quoted, angled in _ANY_INCLUDE.findall(COMMENT.sub(" ", source)):
+        folders = [directory, *search] if quoted else list(search)
+        path = next((p for p in ((f / (quoted or angled)).resolve() for f in folders) if p.is_file()), None)
+        if path is not None and path not in seen:
             seen.add(path)
             data = path.read_bytes()
-            found += [data, *local_includes(data.decode("utf-8", "replace"), path.parent, seen)]
+            found += [data, *local_includes(data.decode("utf-8", "replace"), path.parent, seen, search)]
+    return found
+
+
+def include_dirs(options: Sequence[str], relative_to: Path) -> list[Path]:
+    """The folders named by -I / --include-path options (as ``-Idir``, ``-I dir`` or ``--include-path=dir``)."""
+    found: list[Path] = []
+    items = list(options)
+    for i, option in enumerate(items):
+        value = None
+        if option in ("-I", "--include-path") and i + 1 < len(items):
+            value = items[i + 1]
+        elif option.startswith("--include-path="):
+            value = option.split("=", 1)[1]
+        elif option.startswith("-I") and len(option) > 2:
+            value = option[2:]
+        if value:
+            path = Path(value).expanduser()
+            found.append(path if path.is_absolute() else relative_to / path)
     return found
 
 

@@ -34,6 +34,7 @@ import torch
 from kernelkit.backends.cuda.build import (
     caller_location,
     default_arch,
+    include_dirs,
     line_directive,
     local_includes,
     locate_source,
@@ -145,7 +146,8 @@ class InlineExtension:
 
     def _included(self, sources: Sequence[_Source]) -> list[str]:
         seen: set[Path] = set()
-        found = [data for s in sources for data in local_includes(s.text, _directory(s, self._caller), seen)]
+        search = include_dirs([*self.extra_cuda_cflags, *self.extra_cflags], Path.cwd())
+        found = [data for s in sources for data in local_includes(s.text, _directory(s, self._caller), seen, search)]
         return [data.decode("utf-8", "replace") for data in found]
 
     def plan(self, arch: str | None = None) -> BuildPlan:

@@ -31,6 +31,7 @@ from kernelkit.backends.cuda.build import (
     cuda_core,
     default_arch,
     find_compiler,
+    include_dirs,
     line_directive,
     local_includes,
     locate_source,
@@ -146,7 +147,7 @@ class CudaKernel:
         file, line = self.origin
         text = line_directive(self.source, file, line)
         options = self.build_options()
-        includes = local_includes(self.source, Path(file).parent, set())
+        includes = local_includes(self.source, Path(file).parent, set(), include_dirs(options, Path.cwd()))
         key = content_key(text, self.name, repr(options), arch, compiler.version, *includes)
         start = time.perf_counter()
         cubin = read_cubin(key)
