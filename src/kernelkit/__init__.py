@@ -39,7 +39,8 @@ The map: data flows spec -> open target -> jobs -> store -> report, and each sta
                     sits between the bandwidth and compute ceilings, for all of them
     cli/            the command line, one module per command group, thin
     demo/, doctor/  the guided tour, and the machine self-test
-    formats/        outside problem formats (KernelBench, GPU MODE) as ops
+    formats/        outside problem formats (KernelBench, GPU MODE) as ops: open_target turns a problem path (and its
+                    solution) into a generated op file (formats.source_file); each format's own verdict (jobs.py)
 
 Where this differs from shared/DESIGN.md, and why: the loader is part of target.py (finding a user's ops and
 preparing the process for them are one step under one rule); jobs/ holds check and bench only, because profile runs
