@@ -21,6 +21,11 @@ class Status(str, enum.Enum):
     RUNTIME_ERROR = "RUNTIME_ERROR"
     TIMEOUT = "TIMEOUT"
     CRASHED = "CRASHED"  # the worker process died (segfault, abort, poisoned CUDA context)
+    # Strict mode's (jobs/strict.py): the harness saw what an honest kernel does not do; the message names it.
+    CHEATED = "CHEATED"  # replayed output, work off the timed call, a Tensor subclass, a replaced harness object
+    FALLBACK = "FALLBACK"  # the declared kernels never launched, or aten's kernels took most of the device time
+    OUT_OF_BOUNDS = "OUT_OF_BOUNDS"  # a write into the canaries around a tensor the call allocated
+    SUSPECT = "SUSPECT"  # timed above 105% of the calibrated ceiling: skipped work or a wrong cost model
     SKIPPED = "SKIPPED"
 
     @property

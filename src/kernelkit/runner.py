@@ -37,6 +37,7 @@ from kernelkit.spec import Case, Size
 from kernelkit.target import open_target
 
 if TYPE_CHECKING:
+    from kernelkit.jobs.strict import StrictChecker
     from kernelkit.scale.slots import GpuSpec
 
 DEFAULT_TIMEOUT = 60.0
@@ -87,6 +88,7 @@ def check(
     gpus: GpuSpec = None,
     ray: str | None = None,
     solution: str | None = None,
+    strict: bool = False,
 ) -> RunReport:
     """Check every case of ``target`` (a built-in op name, a .py file, a KernelBench problem or level folder, a
     GPU MODE task folder; ``solution``: see target.open_target) against its reference.
@@ -94,13 +96,18 @@ def check(
     Each case runs in a worker process with a per-case ``timeout`` in seconds; see README for the tolerance rule.
     gpus ('all', 2, '0,1'): the cases spread over one worker per GPU; ray ('auto', 'local', an address): over a
     Ray cluster's GPUs (see kernelkit.scale). Each result then records the GPU that ran it.
+    strict: strict mode (README "Strict mode"; jobs/strict.py): references judged here, the impl watched there.
     """
+    if strict:
+        from kernelkit.jobs.strict import seal_builtin_ops
+
+        seal_builtin_ops()  # before the target's file is imported: it may change a built-in op
     dev, cases = plan(target, impls=impls, device=device, sizes=sizes, dtypes=dtypes, seeds=seeds, solution=solution)
     if gpus is not None or ray is not None:
         from kernelkit.scale import check_spread
 
         return check_spread(cases, dev, gpus=gpus, ray=ray, timeout=timeout, on_result=on_result)
-    return run_cases(cases, dev, timeout=timeout, isolate=isolate, on_result=on_result)
+    return run_cases(cases, dev, timeout=timeout, isolate=isolate, on_result=on_result, strict=strict)
 
 
 def run_cases(
@@ -110,16 +117,22 @@ def run_cases(
     timeout: float = DEFAULT_TIMEOUT,
     isolate: bool = True,
     on_result: OnResult | None = None,
+    strict: bool = False,
 ) -> RunReport:
-    """Run ``cases`` one after another; Ctrl-C stops cleanly and returns what finished."""
+    """Run ``cases`` one after another; Ctrl-C stops cleanly and returns what finished. ``strict``: each case
+    in strict mode (jobs/strict.py), its reference computed and judged in this process."""
     check_timeout(timeout)
     report = RunReport(device=device, planned=len(cases))
     with tempfile.TemporaryDirectory(prefix="kernelkit-") as tmp:
         worker = Worker(device, Path(tmp) / "worker.log") if isolate else None
+        strict_checker = _strict_checker(device, worker, timeout) if strict else None
         try:
             for case in cases:
                 job = CheckJob(case)
-                result = worker.run(job, timeout) if worker else job.execute(device)
+                if strict_checker is not None:
+                    result = strict_checker.check(case)
+                else:
+                    result = worker.run(job, timeout) if worker else job.execute(device)
                 report.results.append(result)
                 if on_result is not None:
                     on_result(result)
@@ -129,6 +142,12 @@ def run_cases(
             if worker:
                 worker.stop()
     return report
+
+
+def _strict_checker(device: str, worker: Worker | None, timeout: float) -> StrictChecker:
+    from kernelkit.jobs.strict import StrictChecker
+
+    return StrictChecker(device, worker, timeout)
 
 
 def check_timeout(timeout: float, flag: str = "--timeout") -> None:

@@ -139,22 +139,64 @@ def compare_outputs(
 
 
 def weak_probes(
-    inputs: Sequence[Any], refs: Sequence[torch.Tensor], los: Sequence[torch.Tensor], atol: float, rtol: float
+    inputs: Sequence[Any], refs: Sequence[torch.Tensor], los: Sequence[torch.Tensor], atol: float, rtol: float,
+    other: Sequence[torch.Tensor] | None = None,
 ) -> list[str]:
-    """Trivial outputs that would also pass: all zeros, an input echoed back, a constant. Empty means none."""
+    """Trivial outputs that would also pass: all zeros, an input echoed back, a constant. Empty means none.
+
+    The constant is the mean of the answer, which for a one-element output is the answer itself: there the
+    probe is the answer to ``other`` inputs (the reference's output on a second input set) instead, the constant
+    an impl that ignored its input would return; without ``other`` one-element outputs skip the probe.
+    """
     passing = []
-    probes: dict[str, Callable[[torch.Tensor], torch.Tensor | None]] = {
-        "all zeros": lambda lo: torch.zeros_like(lo),
-        "the input echoed": lambda lo: _echo(inputs, lo),
-        "a constant": lambda lo: torch.full_like(lo, float(lo.float().mean())) if lo.numel() else torch.zeros_like(lo),
+    others = list(other) if other is not None else [None] * len(los)
+    probes: dict[str, Callable[[torch.Tensor, torch.Tensor | None], torch.Tensor | None]] = {
+        "all zeros": lambda lo, _: torch.zeros_like(lo),
+        "the input echoed": lambda lo, _: _echo(inputs, lo),
+        "a constant": _constant,
     }
     for name, make in probes.items():
-        fakes = [make(lo) for lo in los]
+        fakes = [make(lo, o) for lo, o in zip(los, others, strict=True)]
         if any(f is None for f in fakes):
             continue
         if all(c.ok for c in compare_outputs(fakes, refs, los, atol, rtol)):
             passing.append(name)
     return passing
+
+
+def _constant(lo: torch.Tensor, other: torch.Tensor | None) -> torch.Tensor | None:
+    if lo.numel() == 0:
+        return torch.zeros_like(lo)
+    if lo.numel() == 1:
+        if other is None or other.shape != lo.shape:
+            return None
+        return other.to(lo.dtype).clone()
+    return torch.full_like(lo, float(lo.float().mean()))
+
+
+# The tolerance rule's (1 + |ref|) term assumes outputs of order one: far above it, eps_lo is a large absolute
+# allowance; far below it, the atol floor dwarfs every value. Neither is rescaled (an op that means it sets its own
+# tolerance=, and the all-zeros probe still marks a case that cannot fail as WEAK); the check warns instead.
+SCALE_BOUNDS = (1e-2, 1e2)
+
+
+def scale_note(refs: Sequence[torch.Tensor]) -> str:
+    """A warning when the reference's typical magnitude (median |ref| of its finite elements) is far from 1."""
+    for i, ref in enumerate(refs):
+        if not isinstance(ref, torch.Tensor) or not ref.numel() or not (ref.is_floating_point() or ref.is_complex()):
+            continue
+        values = ref.detach().abs().to(torch.float64).reshape(-1)
+        values = values[torch.isfinite(values)]
+        if not values.numel():
+            continue
+        typical = float(values.median())
+        if typical == 0 or SCALE_BOUNDS[0] <= typical <= SCALE_BOUNDS[1]:
+            continue
+        where = f"output {i}" if len(refs) > 1 else "the output"
+        return (f"{where} is of magnitude {typical:.3g}: the tolerance rule's (1 + |ref|) term assumes values near 1, "
+                "so its allowance is loose in relative terms there (or, below 1, its atol floor dominates); scale the "
+                "op's inputs so outputs are O(1), or give the op its own tolerance=")
+    return ""
 
 
 def _echo(inputs: Sequence[Any], like: torch.Tensor) -> torch.Tensor | None:

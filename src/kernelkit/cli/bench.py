@@ -63,6 +63,9 @@ def bench_command(
                                                   "default 10 on a GPU, 0.3 on the CPU.")] = None,
     rse: Annotated[float, typer.Option(help="Stop when the median's relative standard error is under this.")] = 0.005,
     baselines: Annotated[bool, typer.Option(help="Time eager PyTorch and torch.compile alongside.")] = True,
+    strict: Annotated[bool | None, typer.Option("--strict/--no-strict", help="Strict mode (README: Strict mode); "
+                                                "default: on when the run is stored or written with --json/--csv.")]
+    = None,
     timeout: Annotated[float, typer.Option(help="Seconds before a correctness check is killed.")] = 60.0,
     gpus: GpusOpt = None,
     ray: RayOpt = None,
@@ -98,6 +101,9 @@ def bench_command(
         with progress() as bar:
             task = bar.add_task("benchmarking", total=None)
 
+            # Strict by default when the run may become a comparison's baseline (stored) or a submission (exported).
+            exported = not no_store or json_path is not None or csv_path is not None
+
             def advance(result: BenchResult) -> None:
                 bar.update(task, advance=1, description=f"{result.impl} {'x'.join(map(str, result.size))} "
                            f"{result.dtype} {result.status.value}")
@@ -106,7 +112,8 @@ def bench_command(
                 target, impls=impl or [], sizes=size_list, dtypes=dtype_list, device=device, mode=mode,
                 budget=budget, rse_target=rse, baselines=baselines, graph_warm=graph_warm, timeout=timeout,
                 gpus=gpus, ray=ray,
-                store=opened, command=shlex.join(["kernelkit", *sys.argv[1:]]), on_result=advance, solution=solution,
+                store=opened, command=shlex.join(["kernelkit", *sys.argv[1:]]), on_result=advance,
+                strict=exported if strict is None else strict, solution=solution,
             )
     except KernelkitError as exc:
         raise fail(exc, EXIT_USAGE) from None

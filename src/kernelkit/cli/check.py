@@ -67,7 +67,10 @@ def check_command(
     seeds: Annotated[int, typer.Option(help="Input seeds per case (fresh inputs each).")] = 1,
     timeout: TimeoutOpt = DEFAULT_TIMEOUT,
     as_json: Annotated[bool, typer.Option("--json", help="Print machine-readable results to stdout.")] = False,
-    strict: Annotated[bool, typer.Option(help="Count SKIPPED cases as failures for the exit code.")] = False,
+    strict: Annotated[bool, typer.Option(help="Strict mode (README: Strict mode): references judged here, the impl "
+                                              "watched in its worker; SKIPPED cases count as failures too.")] = False,
+    sanitize: Annotated[bool, typer.Option(help="Run the check again under compute-sanitizer memcheck (GPU): "
+                                                "every out-of-bounds access of every kernel.")] = False,
     compile_mode: CompileModeOpt = None,
     gpus: GpusOpt = None,
     ray: RayOpt = None,
@@ -86,6 +89,9 @@ def check_command(
     2 for bad arguments, 130 when interrupted.
     """
     from kernelkit import __version__
+
+    if sanitize:
+        raise typer.Exit(_sanitized())
     from kernelkit.report.check_table import check_json, print_report
     from kernelkit.report.formats_view import verdict_json, verdict_lines
 
@@ -97,7 +103,7 @@ def check_command(
         raise fail(exc, EXIT_USAGE) from None
     pure = contextlib.ExitStack()  # with --json, stdout holds the document alone: prints go to stderr meanwhile
     pure.enter_context(json_stdout(as_json))
-    report = _run_check(target, impl or [], device, sizes, dtypes, seeds, timeout, quiet=as_json,
+    report = _run_check(target, impl or [], device, sizes, dtypes, seeds, timeout, quiet=as_json, strict=strict,
                         gpus=gpus, ray=ray, solution=solution)
     rows = _verdicts(target, solution, impl or [], report, timeout) if verdicts and not report.interrupted else []
     pure.close()
@@ -127,7 +133,7 @@ def _verdicts(target: str, solution: str | None, impls: list[str], report: RunRe
 
 def _run_check(
     target: str, impls: list[str], device: str | None, sizes: str | None, dtypes: str | None,
-    seeds: int, timeout: float, quiet: bool,
+    seeds: int, timeout: float, quiet: bool, strict: bool = False,
     gpus: str | None = None, ray: str | None = None, solution: str | None = None,
 ) -> RunReport:
     try:
@@ -138,6 +144,13 @@ def _run_check(
             def advance(result: CaseResult) -> None:
                 bar.update(task, advance=1, description=f"{result.impl} {result.status.value}")
 
+            if strict:
+                from kernelkit.errors import SpecError
+                from kernelkit.jobs.strict import seal_builtin_ops
+
+                if gpus is not None or ray is not None:
+                    raise SpecError("--strict checks on one worker: drop --gpus/--ray")
+                seal_builtin_ops()  # before the target's file is imported: it may change a built-in op
             dev, cases = plan(target, impls=impls, device=device, sizes=size_list, dtypes=dtype_list, seeds=seeds,
                               solution=solution)
             bar.update(task, total=len(cases))
@@ -145,9 +158,26 @@ def _run_check(
                 from kernelkit.scale import check_spread
 
                 return check_spread(cases, dev, gpus=gpus, ray=ray, timeout=timeout, on_result=advance)
-            return run_cases(cases, dev, timeout=timeout, on_result=advance)
+            return run_cases(cases, dev, timeout=timeout, on_result=advance, strict=strict)
     except KernelkitError as exc:
         raise fail(exc, EXIT_USAGE) from None
+
+
+def _sanitized() -> int:
+    """The check again under memcheck (its arguments are this command's); EXIT_FAILED when it found errors."""
+    import sys
+
+    from kernelkit.jobs import sanitize
+
+    args = sys.argv[sys.argv.index("check") + 1:] if "check" in sys.argv else sys.argv[1:]
+    try:
+        done = sanitize.run(args)
+    except KernelkitError as exc:
+        raise fail(exc, EXIT_USAGE) from None
+    out.print(done.output[-6000:], highlight=False, markup=False)
+    verdict = "no errors" if done.ok else f"{done.errors} error(s)"
+    out.print(f"compute-sanitizer memcheck: {verdict}", highlight=False)
+    return 0 if done.ok else EXIT_FAILED
 
 
 def _exit_code(report: RunReport, strict: bool) -> int:
@@ -155,4 +185,3 @@ def _exit_code(report: RunReport, strict: bool) -> int:
         return EXIT_INTERRUPTED
     bad = [r for r in report.results if r.status.failed or (strict and not r.status.ok)]
     return EXIT_FAILED if bad or not report.results else 0
-

@@ -29,6 +29,7 @@ import torch
 from kernelkit import backends, errors, runner, verify
 from kernelkit.errors import BackendUnavailable, InputError, describe_exception
 from kernelkit.jobs import OnBuilt, caught_warnings, unique
+from kernelkit.jobs import strict as _strict  # noqa: F401 - imported with kernelkit: seals the harness first
 from kernelkit.jobs.check import CheckJob, judge, reference_outputs
 from kernelkit.measure import memory, timer
 from kernelkit.measure.measurement import BenchResult
@@ -272,6 +273,7 @@ def bench_op(
     store: Any = None,
     command: str = "",
     on_result: OnBenchResult | None = None,
+    strict: bool | None = None,
     gpus: GpuSpec = None,
     ray: str | None = None,
     solution: str | None = None,
@@ -284,7 +286,13 @@ def bench_op(
     store.Store to record the run in. Each (size, dtype) runs in a worker process: a crash or hang there ends that
     group, not the sweep. gpus ('all', 2, '0,1'): the groups spread over one worker per GPU; ray ('auto', 'local',
     an address): over a Ray cluster's GPUs (see kernelkit.scale); each result then records its GPU.
+    strict: strict mode (README "Strict mode"; jobs/strict_bench.py); default: on when the run is stored (``store``),
+    since a stored run may become a comparison's baseline.
     """
+    if strict is not False:
+        from kernelkit.jobs.strict import seal_builtin_ops
+
+        seal_builtin_ops()  # before the target's file is imported: it may change a built-in op
     opened = open_target(target, device, solution)
     dev, source, ops = opened.device, opened.source, opened.ops
     spend = timer.default_budget(dev) if budget is None else budget
@@ -292,6 +300,11 @@ def bench_op(
     report = SweepReport(device=dev, mode=mode)
     groups = plan_groups(source, ops, dev, impls, sizes, dtypes, baselines)
     spread = Spread.of(gpus, ray, dev)  # None: one worker in this process
+    strict = store is not None if strict is None else strict
+    if strict and spread is not None:
+        from kernelkit.errors import SpecError
+
+        raise SpecError("strict mode times on one worker: drop gpus=/ray=, or pass strict=False (--no-strict)")
     if store is not None:
         from kernelkit.measure.host import fingerprint
 
@@ -319,7 +332,12 @@ def bench_op(
             if spread is not None:
                 spread.run([BenchGroupRun(g, settings, dev, timeout) for g in groups], emit)
             for group in groups if spread is None else ():
-                _run_group(worker, group, settings, dev, timeout, emit)
+                if strict:
+                    from kernelkit.jobs import strict_bench
+
+                    strict_bench.run_group(worker, group, settings, dev, timeout, emit)
+                else:
+                    _run_group(worker, group, settings, dev, timeout, emit)
         except KeyboardInterrupt:
             report.interrupted, status = True, "interrupted"
         except BaseException:

@@ -1,0 +1,287 @@
+"""What strict mode watches in the process that runs an impl: the harness left as it was, allocations fenced
+by canaries, threads and late writes after a call returns, the declared kernels launched.
+
+- ``Seal``: the objects the harness relies on (timers, comparisons, kernelkit's own functions and classes),
+  captured when kernelkit is imported, before any user code; ``tampered()`` names every one replaced since.
+- ``GuardedAllocations``: a dispatch mode that gives every tensor the call allocates through torch.empty and
+  its kin a padded allocation, GUARD_BYTES of canary before and after, the tensor's own bytes poisoned
+  (all 0xFF: NaN in every float dtype), so a write past either end and a read of memory never written both show.
+- ``LaunchWatch``: wraps the launch method of each declared kernel object for the call (Triton's ``run``, a
+  CudaKernel's ``launch``) and counts launches: the backend's own launch path, on the CPU interpreter too.
+- ``new_threads``: threads alive after a call that were not before it.
+"""
+
+from __future__ import annotations
+
+import gc
+import importlib
+import sys
+import threading
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+GUARD_BYTES = 16 << 10  # canary bytes on each side: more than one Triton block of 1024 fp32 past the end
+CANARY = 0xA5
+POISON = 0xFF  # NaN in every float dtype; -1 in signed integers
+
+# What the harness calls while it times and judges, by dotted name; kernelkit's own modules are sealed whole.
+HARNESS_NAMES = (
+    "time.perf_counter", "time.perf_counter_ns", "time.monotonic", "time.time", "time.sleep",
+    "torch.equal", "torch.allclose", "torch.isclose", "torch.isnan", "torch.isfinite", "torch.isinf",
+    "torch.testing.assert_close", "torch.cuda.Event", "torch.cuda.synchronize", "torch.cuda.current_stream",
+    "torch.Tensor.__eq__", "torch.Tensor.__ne__", "torch.Tensor.__sub__", "torch.Tensor.abs", "torch.Tensor.to",
+    "torch.Tensor.clone", "torch.Tensor.copy_", "torch.Tensor.cpu", "torch.Tensor.equal", "torch.Tensor.all",
+    "torch.Tensor.any", "torch.Tensor.max", "torch.Tensor.sum", "torch.Tensor.__bool__", "torch.Tensor.__float__",
+    "gc.get_objects", "threading.Thread.start",
+)
+_FACTORIES = {"empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "zeros", "zeros_like",
+              "new_zeros"}
+
+
+def _resolve(dotted: str) -> Any:
+    module, _, rest = dotted.partition(".")
+    obj: Any = sys.modules.get(module) or importlib.import_module(module)
+    for part in rest.split("."):
+        obj = getattr(obj, part, None)
+        if obj is None:
+            return None
+    return obj
+
+
+@dataclass
+class Seal:
+    """Identity of every harness object at sealing time; ``tampered()`` lists those that changed since."""
+
+    objects: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def take(cls) -> Seal:
+        seal = cls({name: _resolve(name) for name in HARNESS_NAMES})
+        for name, module in list(sys.modules.items()):
+            if (name == "kernelkit" or name.startswith("kernelkit.")) and module is not None:
+                for attr, value in list(vars(module).items()):
+                    if callable(value) and not attr.startswith("__"):
+                        seal.objects[f"{name}.{attr}"] = value
+        return seal
+
+    def tampered(self) -> list[str]:
+        """Names whose object is no longer the sealed one (replaced, or deleted)."""
+        changed = []
+        for name, original in self.objects.items():
+            module, _, attr = name.rpartition(".")
+            owner = _resolve(module) if module not in sys.modules else sys.modules[module]
+            now = getattr(owner, attr, None) if owner is not None else None
+            if now is not original:
+                changed.append(name)
+        return changed
+
+
+def describe_tampering(names: Sequence[str], where: str) -> str:
+    shown = ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
+    return f"{where} replaced {shown}: the harness's timers, comparisons and verdicts are not the impl's to change"
+
+
+# ---- guard regions ------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Fence:
+    """One padded allocation: the canary bytes around ``nbytes`` of tensor data at ``GUARD_BYTES``."""
+
+    buffer: torch.Tensor
+    nbytes: int
+    label: str
+
+    def breach(self) -> str:
+        """'' when both guards hold; else which side was written and how far from the tensor's bytes."""
+        head = self.buffer[:GUARD_BYTES]
+        tail = self.buffer[GUARD_BYTES + self.nbytes:]
+        bad_tail = torch.nonzero(tail != CANARY)
+        if bad_tail.numel():
+            first, last = int(bad_tail[0, 0]), int(bad_tail[-1, 0])
+            return (f"{self.label}: {last + 1 - first} bytes written past its end (from byte {first} to {last} after "
+                    "it)")
+        bad_head = torch.nonzero(head != CANARY)
+        if bad_head.numel():
+            return f"{self.label}: bytes written up to {GUARD_BYTES - int(bad_head[0, 0])} before its start"
+        return ""
+
+
+class GuardedAllocations(TorchDispatchMode):
+    """Every tensor allocated by torch.empty/zeros and their kin inside the block sits between canaries."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fences: list[Fence] = []
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Sequence[Any] = (), kwargs: Any = None) -> Any:
+        out = func(*args, **(kwargs or {}))
+        name = func.overloadpacket.__name__
+        if name not in _FACTORIES or not isinstance(out, torch.Tensor) or out.layout != torch.strided:
+            return out
+        if out.numel() == 0 or out.dtype == torch.bool or out.is_meta:
+            return out
+        return self._fenced(out, zero=name.endswith("zeros") or name.endswith("zeros_like"))
+
+    def _fenced(self, like: torch.Tensor, zero: bool) -> torch.Tensor:
+        span = 1 + sum((s - 1) * st for s, st in zip(like.shape, like.stride(), strict=True))
+        item = like.element_size()
+        nbytes = span * item
+        buffer = torch.full((2 * GUARD_BYTES + nbytes,), CANARY, dtype=torch.uint8, device=like.device)
+        buffer[GUARD_BYTES:GUARD_BYTES + nbytes].fill_(0 if zero else POISON)
+        fenced = torch.empty(0, dtype=like.dtype, device=like.device)
+        fenced.set_(buffer.untyped_storage(), GUARD_BYTES // item, like.shape, like.stride())
+        if like.requires_grad:
+            fenced.requires_grad_(True)
+        shape = "x".join(map(str, like.shape))
+        self.fences.append(Fence(buffer, nbytes, f"a {shape} {str(like.dtype).removeprefix('torch.')} tensor "
+                                                 f"allocated by the call"))
+        return fenced
+
+    def breaches(self, outputs: Iterable[Any]) -> list[str]:
+        """Every breached fence; an output's fence is named as that output."""
+        ptrs = {o.untyped_storage().data_ptr(): i for i, o in enumerate(outputs) if isinstance(o, torch.Tensor)}
+        found = []
+        for fence in self.fences:
+            text = fence.breach()
+            if text:
+                which = ptrs.get(fence.buffer.untyped_storage().data_ptr())
+                found.append(text.replace("a ", f"output {which} (", 1).replace(" allocated by the call", ")", 1)
+                             if which is not None else text)
+        return found
+
+
+def is_poison(t: torch.Tensor) -> bool:
+    """Every byte of ``t`` is still the poison GuardedAllocations wrote: the output was never written."""
+    if t.numel() == 0 or t.dtype == torch.bool:
+        return False
+    raw = t.detach().contiguous().view(torch.uint8) if t.element_size() else t
+    return bool((raw == POISON).all())
+
+
+# ---- the declared kernels launched ----------------------------------------------------------------------------
+
+_LAUNCH_METHODS = ("run", "launch")
+
+
+class LaunchWatch:
+    """Counts launches of the impl's declared kernel objects while it is entered (restores them on exit)."""
+
+    def __init__(self, kernels: Sequence[Any]) -> None:
+        self.launches: dict[str, int] = {}
+        self._hooked: list[tuple[Any, str, bool]] = []
+        self._objects = [k for k in (_kernel_object(k) for k in kernels) if k is not None]
+
+    @property
+    def watched(self) -> list[str]:
+        return list(self.launches)
+
+    def __enter__(self) -> LaunchWatch:
+        for obj in self._objects:
+            for method in _LAUNCH_METHODS:
+                original = getattr(obj, method, None)
+                if not callable(original):
+                    continue
+                name = kernel_name(obj)
+                self.launches.setdefault(name, 0)
+                had = method in getattr(obj, "__dict__", {})
+                try:
+                    setattr(obj, method, self._counting(original, name))
+                except (AttributeError, TypeError):
+                    del self.launches[name]
+                    continue
+                self._hooked.append((obj, method, had))
+                break
+        return self
+
+    def _counting(self, original: Any, name: str) -> Any:
+        def launch(*args: Any, **kwargs: Any) -> Any:
+            value = original(*args, **kwargs)
+            self.launches[name] += 1  # a launch that raised did not run
+            return value
+
+        return launch
+
+    def __exit__(self, *exc: object) -> None:
+        for obj, method, had in reversed(self._hooked):
+            if not had:
+                try:
+                    delattr(obj, method)
+                except AttributeError:
+                    pass
+        self._hooked.clear()
+
+
+def _kernel_object(kernel: Any) -> Any:
+    """The launchable object behind an impl's ``kernels=[...]`` entry (a LazyKernel is imported here)."""
+    from kernelkit.backends.lazy import LazyKernel
+
+    if isinstance(kernel, LazyKernel):
+        try:
+            return kernel()
+        except Exception:  # noqa: BLE001 - a kernel module that fails to import: its impl fails on its own
+            return None
+    return kernel
+
+
+def kernel_name(obj: Any) -> str:
+    """The name a kernel launches under (what a profiler shows): a Triton function's, a CudaKernel's."""
+    inner = getattr(obj, "fn", None)
+    for candidate in (obj, inner, getattr(inner, "fn", None)):
+        name = getattr(candidate, "__name__", None) or getattr(candidate, "name", None)
+        if isinstance(name, str):
+            return name
+    return type(obj).__name__
+
+
+# ---- threads and late writes ------------------------------------------------------------------------------------
+
+
+def live_threads() -> set[threading.Thread]:
+    return set(threading.enumerate())
+
+
+def new_threads(before: set[threading.Thread]) -> list[str]:
+    """Names of threads alive now that were not alive in ``before``."""
+    return [t.name for t in threading.enumerate() if t not in before and t.is_alive()]
+
+
+SETTLE_SECONDS = 0.003  # how long after a call returns its outputs must stay unchanged
+
+
+def settled_copy(outputs: Sequence[Any], device: str) -> list[torch.Tensor | None]:
+    """Host copies of the tensor outputs, taken as soon as the call's own stream is done with them."""
+    if device == "cuda":
+        torch.cuda.current_stream().synchronize()
+    return [o.detach().to("cpu", copy=True) if type(o) is torch.Tensor else None for o in outputs]
+
+
+def changed_after_return(outputs: Sequence[Any], first: Sequence[torch.Tensor | None], device: str) -> list[int]:
+    """Outputs whose bytes changed between ``first`` (right after the call) and now, once the whole device and
+    SETTLE_SECONDS have passed: work that went on after the call returned (another stream, a thread)."""
+    if device == "cuda":
+        torch.cuda.synchronize()
+    time.sleep(SETTLE_SECONDS)
+    later = settled_copy(outputs, device)
+    return [i for i, (a, b) in enumerate(zip(first, later, strict=True))
+            if a is not None and b is not None and not _same_bytes(a, b)]
+
+
+def _same_bytes(a: torch.Tensor, b: torch.Tensor) -> bool:
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    if a.numel() == 0:
+        return True
+    return bool(torch.equal(a.contiguous().view(torch.uint8), b.contiguous().view(torch.uint8)))
+
+
+def reachable_float64(shape: torch.Size) -> int:
+    """How many float64 tensors of ``shape`` the garbage collector can reach here (a reference's outputs would
+    be some): tests use it to show none is, in strict mode."""
+    return sum(1 for o in gc.get_objects() if type(o) is torch.Tensor and o.dtype == torch.float64
+               and o.shape == shape)
