@@ -1,9 +1,9 @@
 """Strict mode's check: the reference where the impl never runs, the impl where the reference never is.
 
 The judging process (the one that calls ``run_cases``/``check``) makes each case's inputs and computes their
-reference; the worker gets only the inputs, as bytes (``pack``), runs the impl under the guards of guards.py and
-sends back, as bytes, what it returned and its inputs after each call, with what it saw (threads, late writes,
-breached canaries, replaced harness objects, kernel launches). The judging process then judges every call with
+reference; the worker (strict_worker.py) gets only the inputs, as bytes (``pack``), runs the impl under the
+guards of guards.py and sends back, as bytes, what it returned and its inputs after each call, with what it saw
+(threads, late writes, breached canaries, replaced harness objects, kernel launches). The judging process then judges every call with
 ``check.judge``, resolved when kernelkit was imported. Nothing of the reference ever reaches the worker.
 
 One case is two calls; the first case of each impl in a run has the probes 2 and 3 too (3 when the op takes
@@ -19,259 +19,27 @@ the other size):
 
 from __future__ import annotations
 
-import io
 import secrets
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 
-from kernelkit import backends, verify
-from kernelkit.errors import BackendUnavailable, CompileError, describe_exception
-from kernelkit.jobs import OnBuilt, caught_warnings, guards, unique
+from kernelkit import verify
+from kernelkit.errors import describe_exception
 from kernelkit.jobs import check as _check_module
+from kernelkit.jobs import guards
+from kernelkit.jobs.strict_worker import SEAL, CallRecord, StrictCallJob, StrictReply, pack, unpack
 from kernelkit.results import CaseResult, Status
 from kernelkit.spec import Case, Op, parse_dtype
 from kernelkit.target import load
 
-SEAL = guards.Seal.take()  # before any user code: kernelkit is imported before it loads a user's file
-_judge = _check_module.judge
+__all__ = ["SEAL", "StrictChecker", "pack", "seal_builtin_ops", "strict_case", "unpack"]
+
+_judge = _check_module.judge  # resolved when kernelkit is imported, before any user code
 FALLBACK_SHARE = 0.5  # on a GPU, more than this share of a call's device time in aten's own kernels -> FALLBACK
-UNGUARDED_BACKENDS = ("compile",)  # kernelkit's own baseline: torch.compile runs unguarded (dynamo and modes)
-
-
-# ---- tensors as bytes ---------------------------------------------------------------------------------------
-
-
-def pack(values: Sequence[Any]) -> bytes:
-    """Values as bytes: each tensor with its whole storage, strides and offset (so its layout survives), moved
-    to the CPU; other values as they are. No storage is shared with the receiver."""
-    items = []
-    for v in values:
-        if isinstance(v, torch.Tensor):
-            raw = torch.empty(0, dtype=torch.uint8, device=v.device).set_(v.detach().untyped_storage())
-            items.append(("tensor", raw.cpu(), v.dtype, tuple(v.shape), v.stride(), v.storage_offset(), str(v.device)))
-        else:
-            items.append(("value", v))
-    buffer = io.BytesIO()
-    torch.save(items, buffer)
-    return buffer.getvalue()
-
-
-def unpack(data: bytes, device: str | None = None) -> tuple[Any, ...]:
-    """``pack``'s values, each tensor on ``device`` (default: where it was)."""
-    items = torch.load(io.BytesIO(data), weights_only=False)
-    values: list[Any] = []
-    for item in items:
-        if item[0] != "tensor":
-            values.append(item[1])
-            continue
-        _, raw, dtype, shape, stride, offset, where = item
-        target = torch.device(device or where)
-        t = torch.empty(0, dtype=dtype, device=target)
-        t.set_(raw.to(target).untyped_storage(), offset, shape, stride)
-        values.append(t)
-    return tuple(values)
-
-
-# ---- the worker's side ----------------------------------------------------------------------------------------
-
-
-@dataclass
-class CallRecord:
-    """What the worker saw of one call."""
-
-    kind: str = ""  # "tensor", "tuple", "list" or another type's name: what the call returned
-    outputs: bytes = b""  # pack() of the outputs (host copies taken once the call's stream was done)
-    inputs_after: bytes = b""
-    subclasses: list[str] = field(default_factory=list)  # outputs of a torch.Tensor subclass (type names)
-    threads: list[str] = field(default_factory=list)
-    late: list[int] = field(default_factory=list)  # outputs that changed after the call returned
-    breaches: list[str] = field(default_factory=list)
-    aliases: list[tuple[int, int]] = field(default_factory=list)  # (output, argument) sharing storage
-    replays: list[tuple[int, int]] = field(default_factory=list)  # (output, earlier call) sharing storage
-    poisoned: list[int] = field(default_factory=list)  # outputs never written
-    error: str = ""
-    kernels: list[tuple[str, float, int]] = field(default_factory=list)  # (name, device us, stream) on a GPU
-
-
-@dataclass
-class StrictReply:
-    """The worker's answer to a StrictCallJob: a status only when the impl could not be run at all."""
-
-    status: Status
-    message: str = ""
-    backend: str = "?"
-    calls: list[CallRecord] = field(default_factory=list)
-    launches: dict[str, int] = field(default_factory=dict)
-    tampered: list[str] = field(default_factory=list)
-    log: str = ""
-    details: dict[str, Any] = field(default_factory=dict)
-    warnings: list[str] = field(default_factory=list)
-
-
-@dataclass(frozen=True)
-class StrictCallJob:
-    """Run ``case``'s impl on the packed input ``sets`` in ``plan`` order: (set index, 'new' or 'inplace')."""
-
-    case: Case
-    sets: tuple[bytes, ...]
-    plan: tuple[tuple[int, str], ...]
-
-    def failed(self, device: str, status: Status, message: str, log: str = "") -> StrictReply:
-        return StrictReply(status, message, log=log)
-
-    def execute(self, device: str, on_built: OnBuilt | None = None) -> StrictReply:
-        notices: list[str] = []
-        with caught_warnings(notices):
-            reply = self._execute(device, on_built)
-        reply.warnings = unique([*reply.warnings, *notices])
-        return reply
-
-    def _execute(self, device: str, on_built: OnBuilt | None) -> StrictReply:
-        try:
-            op = load(self.case.source)[self.case.op]
-            impl = op.get_impl(self.case.impl)
-        except Exception as exc:  # noqa: BLE001 - reported as the case's status
-            return StrictReply(Status.RUNTIME_ERROR, describe_exception(exc), tampered=SEAL.tampered())
-        reply = StrictReply(Status.PASSED, backend=impl.backend, tampered=SEAL.tampered())
-        try:
-            backends.ensure_runnable(impl, parse_dtype(self.case.dtype), device)
-        except BackendUnavailable as exc:
-            reply.status, reply.message = Status.SKIPPED, str(exc)
-            return reply
-        except Exception as exc:  # noqa: BLE001 - a build error
-            reply.status, reply.message = _build_failure(exc)
-            return reply
-        if on_built is not None:
-            on_built()
-        guarded = impl.backend not in UNGUARDED_BACKENDS
-        kept: list[torch.Tensor] = []  # earlier outputs, alive so that their storage cannot be handed out again
-        previous: tuple[Any, ...] = ()
-        watch = guards.LaunchWatch(impl.kernels)
-        with watch:
-            for number, (which, placement) in enumerate(self.plan):
-                inputs = unpack(self.sets[which], device)
-                if placement == "inplace" and previous:
-                    with torch.no_grad():
-                        for old, new in zip(previous, inputs, strict=True):
-                            if isinstance(old, torch.Tensor) and old.shape == new.shape:
-                                old.copy_(new)  # new contents at the same address (its _version moves, as promised)
-                    inputs = previous
-                record = CallRecord()
-                try:
-                    self._call(impl.fn, inputs, device, number, record, kept, guarded)
-                except BackendUnavailable as exc:  # raised by the impl: it cannot run here (as in a plain check)
-                    reply.status, reply.message = Status.SKIPPED, str(exc)
-                    return reply
-                except Exception as exc:  # noqa: BLE001 - the impl's failure is this call's record
-                    if number == 0 and backends.is_compile_error(exc):
-                        reply.status, reply.message = _build_failure(exc)
-                        return reply
-                    record.error = describe_exception(exc)
-                reply.calls.append(record)
-                if record.error and number < 3:
-                    break
-                previous = inputs
-                reply.tampered = unique([*reply.tampered, *SEAL.tampered()])
-        reply.launches = dict(watch.launches)
-        return reply
-
-    def _call(self, fn: Any, inputs: tuple[Any, ...], device: str, number: int, record: CallRecord,
-              kept: list[torch.Tensor], guarded: bool) -> None:
-        before = guards.live_threads()
-        guard = guards.GuardedAllocations()
-        profile = device == "cuda" and number == 1 and guarded
-        if device == "cuda":
-            torch.cuda.synchronize()
-        with _profiled(profile) as prof:
-            if guarded:
-                with guard:
-                    value = fn(*inputs)
-            else:
-                value = fn(*inputs)
-            if device == "cuda":
-                torch.cuda.current_stream().synchronize()
-        record.threads = guards.new_threads(before)  # call 0's count only when it fails (a build starts pools)
-        record.kind = "tensor" if isinstance(value, torch.Tensor) else type(value).__name__
-        outs = value if isinstance(value, (tuple, list)) else (value,)
-        record.subclasses = [type(o).__name__ for o in outs if isinstance(o, torch.Tensor) and type(o) is not
-                             torch.Tensor]
-        if record.subclasses:
-            return  # never touched: a subclass may compute when read
-        first = guards.settled_copy(outs, device)
-        record.late = guards.changed_after_return(outs, first, device) if guarded else []
-        record.breaches = guard.breaches(outs)
-        arg_ptrs = {x.untyped_storage().data_ptr(): j for j, x in enumerate(inputs) if isinstance(x, torch.Tensor)}
-        kept_ptrs = {t.untyped_storage().data_ptr(): n for n, t in kept}
-        for i, o in enumerate(outs):
-            if not isinstance(o, torch.Tensor) or o.numel() == 0:
-                continue
-            ptr = o.untyped_storage().data_ptr()
-            if ptr in arg_ptrs:
-                record.aliases.append((i, arg_ptrs[ptr]))
-            if ptr in kept_ptrs:
-                record.replays.append((i, kept_ptrs[ptr]))
-            if guarded and any(f.buffer.untyped_storage().data_ptr() == ptr for f in guard.fences) and \
-                    guards.is_poison(first[i]):
-                record.poisoned.append(i)
-        kept.extend((number, o) for o in outs if isinstance(o, torch.Tensor))
-        record.outputs = pack([f if f is not None else o for f, o in zip(first, outs, strict=True)])
-        record.inputs_after = pack(inputs)
-        record.kind += "|" + ",".join(str(o.device) if isinstance(o, torch.Tensor) else "" for o in outs)
-        if prof is not None:
-            record.kernels = _device_kernels(prof)
-
-
-def _build_failure(exc: BaseException) -> tuple[Status, str]:
-    if isinstance(exc, (CompileError, SyntaxError)) or backends.is_compile_error(exc):
-        return Status.COMPILE_ERROR, f"{type(exc).__name__}: {exc}"
-    return Status.RUNTIME_ERROR, describe_exception(exc)
-
-
-class _profiled:
-    """torch.profiler around one call on a GPU (its kernels' names, device time and stream); else nothing."""
-
-    def __init__(self, on: bool) -> None:
-        self.on = on
-        self.prof: Any = None
-
-    def __enter__(self) -> Any:
-        if not self.on:
-            return None
-        try:
-            from torch.profiler import ProfilerActivity, profile
-
-            self.prof = profile(activities=[ProfilerActivity.CUDA])
-            self.prof.__enter__()
-        except Exception:  # noqa: BLE001 - no profiler here: the launch hooks still count
-            self.prof = None
-        return self.prof
-
-    def __exit__(self, *exc: object) -> None:
-        if self.prof is not None:
-            try:
-                self.prof.__exit__(None, None, None)
-            except Exception:  # noqa: BLE001
-                self.prof = None
-
-
-def _device_kernels(prof: Any) -> list[tuple[str, float, int]]:
-    """(name, device microseconds, stream) of each kernel the profiled call ran; [] when unreadable."""
-    try:
-        events = prof.profiler.kineto_results.events()
-        found = []
-        for e in events:
-            if "cuda" not in str(e.device_type()).lower():
-                continue
-            if "memcpy" in e.name().lower() or "memset" in e.name().lower():
-                continue
-            found.append((e.name(), e.duration_ns() / 1e3, int(e.device_resource_id())))
-        return found
-    except Exception:  # noqa: BLE001 - an older profiler: no stream or share check
-        return []
 
 
 # ---- the judging side -----------------------------------------------------------------------------------------
