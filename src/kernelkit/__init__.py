@@ -25,7 +25,9 @@ The map: data flows spec -> open target -> jobs -> store -> report, and each sta
                     (the import-ordering rule lives here and nowhere else); cases, one case with its inputs
     ops/<op>/       built-in ops: __init__.py (reference, cost, impls), triton.py, numba.py, cuda.cu
     jobs/           what runs in a worker: CheckJob (check.py, judge(): the order of checks), BenchJob and the
-                    benchmark sweep (bench.py: bench_op), one Job protocol
+                    benchmark sweep (bench.py: bench_op), one Job protocol; strict mode: strict.py (references and
+                    the verdict in the calling process), strict_worker.py (the impl's side), guards.py (what the
+                    worker watches), strict_bench.py (the strict sweep)
     runner.py       isolated worker processes: a crash, hang or lost CUDA context ends one job, not the run
     scale/          beyond one worker: a run's (op, size, dtype) groups spread over this host's GPUs (--gpus,
                     shard.py) or run as Ray tasks (--ray, cluster.py), merged into one run
