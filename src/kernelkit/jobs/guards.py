@@ -184,6 +184,8 @@ class LaunchWatch:
     def __enter__(self) -> LaunchWatch:
         for obj in self._objects:
             for method in _LAUNCH_METHODS:
+                if not _launches_through(obj, method):
+                    continue
                 original = getattr(obj, method, None)
                 if not callable(original):
                     continue
@@ -215,6 +217,16 @@ class LaunchWatch:
                 except AttributeError:
                     pass
         self._hooked.clear()
+
+
+def _launches_through(obj: Any, method: str) -> bool:
+    """Whether ``obj[grid](...)`` / ``obj.launch(...)`` goes through ``method``: Triton's kernels (JITFunction,
+    Autotuner, Heuristics, the interpreter's) through ``run``, a CudaKernel through ``launch``; others unwatched."""
+    if method == "run":
+        return type(obj).__module__.startswith("triton.")
+    from kernelkit.backends.cuda.kernel import CudaKernel
+
+    return method == "launch" and isinstance(obj, CudaKernel)
 
 
 def _kernel_object(kernel: Any) -> Any:

@@ -164,20 +164,23 @@ class StrictCallJob:
 
     def _call(self, fn: Any, inputs: tuple[Any, ...], device: str, number: int, record: CallRecord,
               kept: list[torch.Tensor], guarded: bool) -> None:
-        before = guards.live_threads()
         guard = guards.GuardedAllocations()
+        # On a GPU call 1 is profiled (streams, aten's share), without fences: their fills are aten kernels too.
         profile = device == "cuda" and number == 1 and guarded
+        fenced = guarded and not profile
         if device == "cuda":
             torch.cuda.synchronize()
         with _profiled(profile) as prof:
-            if guarded:
+            before = guards.live_threads()  # after the profiler started: its threads are not the call's
+            if fenced:
                 with guard:
                     value = fn(*inputs)
             else:
                 value = fn(*inputs)
+            threads = guards.new_threads(before)
             if device == "cuda":
                 torch.cuda.current_stream().synchronize()
-        record.threads = guards.new_threads(before)  # call 0's count only when it fails (a build starts pools)
+        record.threads = threads  # call 0's count only when it fails (a build starts pools)
         record.kind = "tensor" if isinstance(value, torch.Tensor) else type(value).__name__
         outs = value if isinstance(value, (tuple, list)) else (value,)
         record.subclasses = [type(o).__name__ for o in outs if isinstance(o, torch.Tensor) and type(o) is not
