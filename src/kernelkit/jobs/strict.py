@@ -124,8 +124,11 @@ def _strict(result: CaseResult, case: Case, op: Op, device: str, run: Any, tampe
     atol, rtol = op.tolerance_for(dtype)
     result.bytes, result.flops = op.cost(prepared.inputs[0], prepared.los[0])
     outputs: list[tuple[Any, ...]] = []
+    worst: list[Any] = []  # the comparison of each call judged, for the result's errors
     for number, ((which, _), record) in enumerate(zip(plan, reply.calls, strict=False)):
-        verdict = _judge_call(number, which, record, prepared, outputs, atol, rtol, device)
+        verdict = _judge_call(number, which, record, prepared, outputs, atol, rtol, worst)
+        if worst and worst[0] is not None and result.max_abs_err is None:
+            result.max_abs_err, result.max_rel_err = worst[0].max_abs_err, worst[0].max_rel_err
         if verdict is not None:
             result.status, result.message = verdict
             if number == 3 and verdict[0] is Status.RUNTIME_ERROR:  # the impl does not take the other size
@@ -163,7 +166,7 @@ def _strict(result: CaseResult, case: Case, op: Op, device: str, run: Any, tampe
 
 
 def _judge_call(number: int, which: int, record: CallRecord, prepared: Prepared, earlier: list[tuple[Any, ...]],
-                atol: float, rtol: float, device: str) -> tuple[Status, str] | None:
+                atol: float, rtol: float, comparisons: list[Any]) -> tuple[Status, str] | None:
     """None when call ``number`` is right; else its status and why, in the order: it ran, it cheated (subclass,
     thread, late writes, out of bounds), its structure and kind, its values (replay and unwritten named)."""
     when = ["", "on fresh inputs written over the first call's (same addresses): ",
@@ -195,6 +198,7 @@ def _judge_call(number: int, which: int, record: CallRecord, prepared: Prepared,
     after = unpack(record.inputs_after)
     verdict = _judge(outs, prepared.refs[which], prepared.los[which], atol, rtol, inputs=after,
                      snapshot=prepared.inputs[which])
+    comparisons.append(verdict.comparison)
     if record.aliases and verdict.status is Status.PASSED:
         i, j = record.aliases[0]
         return Status.CHEATED, f"{when}output {i} shares its storage with argument {j}: write a new tensor".strip()
