@@ -167,9 +167,9 @@ def _check_arguments(mode: str, device: str | None, budget: float | None, rse: f
     from kernelkit.target import resolve_device
 
     if mode not in MODES:
-        raise KernelkitError(f"unknown --mode {mode!r}{did_you_mean(mode, MODES)}; use one of {', '.join(MODES)}")
+        raise KernelkitError(f"unknown mode {mode!r}{did_you_mean(mode, MODES)}; use one of {', '.join(MODES)}")
     if mode in ("graph", "kernel") and resolve_device(device) == "cpu":
-        raise KernelkitError(f"--mode {mode} needs a GPU (CUDA graphs, kernel device time); on the CPU use cold or hot")
+        raise KernelkitError(f"--mode {mode} needs a CUDA GPU (graphs, kernel device time); on the CPU use cold or hot")
     check_seconds(budget, "--budget")
     check_timeout(timeout)
     if not (0 < rse < 1):
