@@ -70,7 +70,9 @@ def changes(before: Snapshot, after: Snapshot) -> list[str]:
     if before.cwd != after.cwd:
         found.append(f"cwd={after.cwd}")
     keys = sorted(set(before.env) | set(after.env))
-    changed_env = [k for k in keys if before.env.get(k) != after.env.get(k)]
+    # A library's private variables (a leading _: inductor records a pointer in one on its first compile) are
+    # its own bookkeeping, not the user's environment.
+    changed_env = [k for k in keys if before.env.get(k) != after.env.get(k) and not k.startswith("_")]
     for key in changed_env[:4]:
         found.append(f"{key}={_short(after.env[key])}" if key in after.env else f"{key} unset")
     if len(changed_env) > 4:
