@@ -118,3 +118,25 @@ def test_weak_probes_flag_trivial_outputs():
 def test_empty_output_is_weak():
     empty = torch.empty(0, 16)
     assert verify.weak_probes([empty], [empty.double()], [empty], 1e-5, 1e-6)
+
+
+def test_compare_in_chunks_gives_what_one_pass_gives(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Outputs are compared CHUNK_ELEMENTS at a time (a huge output's float64 copies would not fit); the counts, the
+    # worst errors, the NaN rule and the first mismatches' indices must not depend on where the chunks fall.
+    gen = torch.Generator().manual_seed(3)
+    ref = torch.randn(5, 9, generator=gen, dtype=torch.float64)
+    out = ref.float().clone()
+    out[0, 2] += 1.0
+    out[3, 8] = float("nan")
+    out[4, 0] -= 2.0
+    whole = verify.compare(out, ref, 1e-5, 1e-5)
+    monkeypatch.setattr(verify, "CHUNK_ELEMENTS", 7)
+    chunked = verify.compare(out, ref, 1e-5, 1e-5)
+    assert (chunked.n_mismatched, chunked.max_abs_err, chunked.max_rel_err, chunked.n_total) == (
+        whole.n_mismatched, whole.max_abs_err, whole.max_rel_err, whole.n_total)
+    assert [m.index for m in chunked.mismatches] == [m.index for m in whole.mismatches]
+    assert chunked.n_mismatched == 3 and chunked.max_abs_err == float("inf")
+    assert [m.index for m in chunked.mismatches] == [(0, 2), (3, 8), (4, 0)]
+    small = verify.reference_error(out, ref)
+    monkeypatch.setattr(verify, "CHUNK_ELEMENTS", 1 << 24)
+    assert small == verify.reference_error(out, ref) == pytest.approx(2.0 / (1 + abs(float(ref[4, 0]))))

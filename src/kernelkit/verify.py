@@ -15,7 +15,7 @@ is in that dtype, and never needs to beat the floor. NaN must meet NaN, +-inf th
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -63,42 +63,66 @@ def _same_layout_copy(x: torch.Tensor) -> torch.Tensor:
     return copy
 
 
+# Elements compared at a time: the float64 temporaries of one chunk are a few hundred MiB, whatever the output's
+# size, so checking a 6 GiB output does not take several times its size again (a KernelBench level-1 problem's
+# 1.6 G-element output went out of memory on an 80 GiB GPU when compared whole).
+CHUNK_ELEMENTS = 1 << 24
+
+
+def _chunks(*tensors: torch.Tensor) -> Iterator[tuple[int, tuple[torch.Tensor, ...]]]:
+    """(offset, flat float64 slices) of same-shaped tensors, CHUNK_ELEMENTS at a time (the first on its device)."""
+    flats = [t.detach().reshape(-1) for t in tensors]
+    device = flats[-1].device
+    for start in range(0, flats[0].numel(), CHUNK_ELEMENTS):
+        yield start, tuple(f[start:start + CHUNK_ELEMENTS].to(device=device, dtype=torch.float64) for f in flats)
+
+
 def reference_error(lo: torch.Tensor, ref: torch.Tensor) -> float:
     """eps_lo: the low-precision reference's own error, max |lo - ref| / (1 + |ref|) over finite elements."""
-    lo64, ref64 = lo.detach().to(torch.float64), ref.detach().to(torch.float64)
-    finite = torch.isfinite(lo64) & torch.isfinite(ref64)
-    if not bool(finite.any()):
-        return 0.0
-    err = (lo64[finite] - ref64[finite]).abs() / (1 + ref64[finite].abs())
-    return float(err.max())
+    worst = 0.0
+    for _, (lo64, ref64) in _chunks(lo, ref):
+        finite = torch.isfinite(lo64) & torch.isfinite(ref64)
+        if bool(finite.any()):
+            err = (lo64[finite] - ref64[finite]).abs() / (1 + ref64[finite].abs())
+            worst = max(worst, float(err.max()))
+    return worst
 
 
 def compare(out: torch.Tensor, ref: torch.Tensor, atol: float, rtol: float, ref_err: float = 0.0) -> Comparison:
-    """Compare ``out`` with the high-precision ``ref`` element by element, NaN- and inf-aware."""
-    got = out.detach().to(device=ref.device, dtype=torch.float64)
-    exp = ref.detach().to(torch.float64)
-    diff = (got - exp).abs()
-    allowed = atol + rtol * exp.abs() + 2 * ref_err * (1 + exp.abs())
-    both_nan = torch.isnan(got) & torch.isnan(exp)
-    same_inf = torch.isinf(exp) & (got == exp)
-    finite_ok = torch.isfinite(exp) & torch.isfinite(got) & (diff <= allowed)
-    bad = ~(both_nan | same_inf | finite_ok)
-
-    finite = torch.isfinite(got) & torch.isfinite(exp)
-    max_abs = float(diff[finite].max()) if bool(finite.any()) else 0.0
-    nonzero = finite & (exp != 0)  # a relative error is undefined where the reference is 0
-    max_rel = float((diff[nonzero] / exp[nonzero].abs()).max()) if bool(nonzero.any()) else 0.0
-    if bool((~finite & bad).any()):
+    """Compare ``out`` with the high-precision ``ref`` element by element, NaN- and inf-aware (in chunks)."""
+    max_abs = max_rel = 0.0
+    n_bad = 0
+    nonfinite_bad = False
+    first_bad: list[int] = []
+    for start, (got, exp) in _chunks(out, ref):
+        diff = (got - exp).abs()
+        allowed = atol + rtol * exp.abs() + 2 * ref_err * (1 + exp.abs())
+        both_nan = torch.isnan(got) & torch.isnan(exp)
+        same_inf = torch.isinf(exp) & (got == exp)
+        finite_ok = torch.isfinite(exp) & torch.isfinite(got) & (diff <= allowed)
+        bad = ~(both_nan | same_inf | finite_ok)
+        finite = torch.isfinite(got) & torch.isfinite(exp)
+        if bool(finite.any()):
+            max_abs = max(max_abs, float(diff[finite].max()))
+        nonzero = finite & (exp != 0)  # a relative error is undefined where the reference is 0
+        if bool(nonzero.any()):
+            max_rel = max(max_rel, float((diff[nonzero] / exp[nonzero].abs()).max()))
+        nonfinite_bad = nonfinite_bad or bool((~finite & bad).any())
+        count = int(bad.sum())
+        n_bad += count
+        if count and len(first_bad) < MAX_MISMATCHES_SHOWN:
+            wanted = MAX_MISMATCHES_SHOWN - len(first_bad)
+            first_bad += [start + i for i in torch.nonzero(bad)[:wanted, 0].tolist()]
+    if nonfinite_bad:
         max_abs = max_rel = float("inf")  # a NaN or inf where none belongs
 
-    n_bad = int(bad.sum())
     shown: list[Mismatch] = []
-    if n_bad:
-        for flat in torch.nonzero(bad.reshape(-1))[:MAX_MISMATCHES_SHOWN, 0].tolist():
-            index = tuple(int(i) for i in torch.unravel_index(torch.tensor(flat), bad.shape)) if bad.dim() else ()
-            shown.append(Mismatch(index, float(got[index]), float(exp[index])))
+    got_flat, exp_flat = out.detach().reshape(-1), ref.detach().reshape(-1)
+    for flat in first_bad:
+        index = tuple(int(i) for i in torch.unravel_index(torch.tensor(flat), ref.shape)) if ref.dim() else ()
+        shown.append(Mismatch(index, float(got_flat[flat].double()), float(exp_flat[flat].double())))
     return Comparison(
-        ok=n_bad == 0, max_abs_err=max_abs, max_rel_err=max_rel, n_mismatched=n_bad, n_total=bad.numel(),
+        ok=n_bad == 0, max_abs_err=max_abs, max_rel_err=max_rel, n_mismatched=n_bad, n_total=ref.numel(),
         mismatches=tuple(shown), atol=atol, rtol=rtol, ref_err=ref_err,
     )
 
@@ -178,6 +202,7 @@ def _constant(lo: torch.Tensor, other: torch.Tensor | None) -> torch.Tensor | No
 # allowance; far below it, the atol floor dwarfs every value. Neither is rescaled (an op that means it sets its own
 # tolerance=, and the all-zeros probe still marks a case that cannot fail as WEAK); the check warns instead.
 SCALE_BOUNDS = (1e-2, 1e2)
+SCALE_SAMPLE = 1 << 20
 
 
 def scale_note(refs: Sequence[torch.Tensor]) -> str:
@@ -185,7 +210,9 @@ def scale_note(refs: Sequence[torch.Tensor]) -> str:
     for i, ref in enumerate(refs):
         if not isinstance(ref, torch.Tensor) or not ref.numel() or not (ref.is_floating_point() or ref.is_complex()):
             continue
-        values = ref.detach().abs().to(torch.float64).reshape(-1)
+        flat = ref.detach().reshape(-1)
+        step = max(1, flat.numel() // SCALE_SAMPLE)  # an evenly spaced sample: a median needs no sort of it all
+        values = flat[::step].abs().to(torch.float64)
         values = values[torch.isfinite(values)]
         if not values.numel():
             continue
