@@ -12,11 +12,17 @@ cli = CliRunner()
 
 
 def test_every_command_has_help():
-    for command in ([], ["check"], ["ops"], ["demo"], ["codegen"], ["profile"], ["ncu"], ["asm"]):
+    import typer.main
+
+    registered = sorted(typer.main.get_command(app).commands)  # every command, those added later too
+    named = {"check", "ops", "bench", "calibrate", "runs", "compare", "report", "profile", "ncu", "asm", "codegen"}
+    assert named <= set(registered)
+    for command in ([], *([name] for name in registered)):
         result = cli.invoke(app, [*command, "--help"])
-        assert result.exit_code == 0, result.output
+        assert result.exit_code == 0, (command, result.output)
         assert "Usage" in result.output
     assert "against the op's reference" in cli.invoke(app, ["check", "--help"]).output
+    assert "--fail-if-slower" in cli.invoke(app, ["compare", "--help"]).output
 
 
 def test_ops_lists_builtin_ops_and_impls():

@@ -7,8 +7,10 @@ kernelkit.measure.timer; one test runs the real timer where it exists. NVML is r
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import math
+import os
 import subprocess
 import sys
 import time
@@ -166,10 +168,15 @@ def test_fingerprint_has_every_field_and_is_json():
 
 
 def test_fingerprint_reads_triton_version_without_importing_it():
-    if "triton" in sys.modules:
-        pytest.skip("triton was imported earlier in this process")
-    fingerprint()
-    assert "triton" not in sys.modules
+    """In a fresh interpreter (this test process may have imported triton already): the fingerprint names triton's
+    version, read from its distribution's metadata, and triton is still not imported."""
+    code = ("import sys, json; from kernelkit.measure.host import fingerprint; info = fingerprint(); "
+            "print(json.dumps([info.get('triton'), 'triton' in sys.modules]))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    assert done.returncode == 0, done.stderr
+    version, imported = json.loads(done.stdout.strip().splitlines()[-1])
+    assert version == importlib.metadata.version("triton") and imported is False
 
 
 def test_device_name_says_cpu():
@@ -408,11 +415,17 @@ def test_calibrate_uses_timer_bench_by_default(fresh_cache, small_cpu_sizes, mon
 def test_calibrate_cpu_for_real_with_a_small_budget(fresh_cache):
     pytest.importorskip("kernelkit.measure.timer")
     start = time.perf_counter()
-    measured = calibrate("cpu", budget=0.3)
+    try:
+        measured = calibrate("cpu", budget=0.3)
+    except ceilings.NoisyCalibration as exc:  # a busy machine: every try spread over MAX_SPREAD, nothing kept
+        assert "calibration refused" in str(exc) and load_cached("cpu") is None
+        measured = None
     elapsed = time.perf_counter() - start
-    assert measured.copy_gbps > 0 and measured.matmul_tflops["fp32"] > 0
-    assert measured.notes["copy"]["mode"] == "hot" and measured.notes["copy"]["n"] >= 1
-    assert elapsed < 10, f"CPU calibration took {elapsed:.1f} s"
+    if measured is not None:
+        assert measured.copy_gbps > 0 and measured.matmul_tflops["fp32"] > 0
+        assert measured.notes["copy"]["mode"] == "hot" and measured.notes["copy"]["n"] >= 1
+        assert measured.worst_spread()[1] <= ceilings.MAX_SPREAD
+    assert elapsed < 10 * ceilings.MEASURE_TRIES, f"CPU calibration took {elapsed:.1f} s"
 
 
 # --- on a GPU (the gpu marker skips these elsewhere) -------------------------------------------------------------

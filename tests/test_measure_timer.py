@@ -203,20 +203,46 @@ def test_launch_bound_warning_needs_both_ratio_and_gap():
     assert timer.launch_bound_warning(4e-6, None) == ""
 
 
+def spin(seconds: float) -> None:
+    """Busy-wait ``seconds`` of wall clock: a call of known, steady length."""
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
+
+
 def test_cpu_bench_runs_for_real_and_says_cpu():
-    x = torch.arange(10_000, dtype=torch.float32)
-    m = timer.bench(torch.square, x, mode="hot", budget=1.0, bytes=2 * x.numel() * 4)
+    """Real calls timed with the host clock: a call that spins 200 us reads 200 us (not 0, not the batch), the
+    stopping rule converges on such a steady call, and the result says it is a CPU timing."""
+    m = timer.bench(spin, 200e-6, mode="hot", budget=1.0, bytes=1000, device="cpu")
     assert m.device == "cpu" and m.device_name.startswith("CPU")
-    assert m.stats.n >= timer.MIN_SAMPLES
-    assert m.stop_reason in ("converged", "budget", "max_samples")
-    assert m.gbps is not None and m.gbps > 0
-    assert m.first_call > 0
+    assert 195e-6 <= m.median <= 300e-6, m.median
+    assert m.stop_reason == "converged" and m.stats.n >= timer.MIN_SAMPLES
+    assert m.gbps == pytest.approx(1000 / m.median / 1e9)
+    assert m.first_call >= 195e-6
 
 
-def test_cpu_cold_mode_evicts_and_still_times():
-    x = torch.ones(1000)
-    m = timer.bench(lambda t: t + 1, x, mode="cold", budget=0.5)
-    assert m.mode == "cold" and m.stats.n >= 1
+def test_cpu_cold_mode_evicts_and_still_times(monkeypatch):
+    """Every cold sample is preceded by an eviction, the eviction stays outside the timed window, and a slow
+    eviction counts against the budget (the sweep stops on time)."""
+    from kernelkit.measure import samplers
+
+    evictions = []
+
+    def slow_evict(buffer):
+        evictions.append(time.perf_counter())
+        spin(10e-3)
+
+    monkeypatch.setattr(samplers, "evict", slow_evict)
+    start = time.perf_counter()
+    m = timer.bench(spin, 100e-6, mode="cold", budget=0.5, device="cpu")
+    wall = time.perf_counter() - start
+    assert m.mode == "cold" and m.stats.n >= timer.MIN_SAMPLES
+    assert 95e-6 <= m.median <= 1e-3, m.median  # 100 us of work per call, none of the 10 ms eviction
+    samples_taken = len(m.samples) + m.dropped
+    assert len(evictions) >= samples_taken  # one before every sample (and one to time the eviction itself)
+    assert len(evictions) <= samples_taken + 3
+    assert wall < 0.5 + timer.WARMUP_MAX_SECONDS / 2 + 0.5, wall  # budget, warm-up (half the budget), slack
+    assert m.stop_reason in ("budget", "converged") and len(evictions) * 10e-3 < 1.0
 
 
 @pytest.mark.parametrize("mode", ["graph", "kernel"])

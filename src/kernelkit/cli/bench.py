@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shlex
 import sys
 from pathlib import Path
@@ -78,6 +79,11 @@ def bench_command(
                                                   "measured), and one roofline of every op.")] = None,
     solution: SolutionOpt = None,
     max_memory: MaxMemoryOpt = None,
+    repeat: Annotated[int, typer.Option(help="Run the sweep N times and store each case's between-run spread "
+                                             "(compare's noise floor); the last run is shown and stored.")] = 1,
+    wide: Annotated[bool, typer.Option("--wide", help="Every column (n, spread, bound, notes, messages) in the "
+                                                      "table; by default it fits 120 columns, notes below it.")]
+    = False,
 ) -> None:
     """Time every impl of an op against eager PyTorch and torch.compile, after checking each against the reference.
 
@@ -88,9 +94,9 @@ def bench_command(
     Exit code: 0 when every case that ran was correct and timed, 1 otherwise, 2 for bad arguments, 130 when
     interrupted (finished cases are kept in the store).
     """
-    from kernelkit.jobs.bench import bench_op
+    from kernelkit.jobs.repeat import bench_repeated
     from kernelkit.measure.measurement import BenchResult
-    from kernelkit.report.bench_table import bench_table, skip_lines, warning_lines
+    from kernelkit.report.bench_table import bench_table, note_lines, skip_lines, warning_lines
 
     opened = None
     try:
@@ -108,8 +114,8 @@ def bench_command(
                 bar.update(task, advance=1, description=f"{result.impl} {'x'.join(map(str, result.size))} "
                            f"{result.dtype} {result.status.value}")
 
-            report = bench_op(
-                target, impls=impl or [], sizes=size_list, dtypes=dtype_list, device=device, mode=mode,
+            report = bench_repeated(
+                target, repeat, impls=impl or [], sizes=size_list, dtypes=dtype_list, device=device, mode=mode,
                 budget=budget, rse_target=rse, baselines=baselines, graph_warm=graph_warm, timeout=timeout,
                 gpus=gpus, ray=ray,
                 store=opened, command=shlex.join(["kernelkit", *sys.argv[1:]]), on_result=advance,
@@ -120,7 +126,10 @@ def bench_command(
     finally:
         if opened is not None:
             opened.close()
-    out.print(bench_table([r for r in report.results if r.status is not Status.SKIPPED]))
+    shown = [r for r in report.results if r.status is not Status.SKIPPED]
+    out.print(bench_table(shown, wide=wide))
+    for line in [] if wide else note_lines(shown):
+        out.print(line, highlight=False)
     for line in skip_lines(report.results) + warning_lines(report.results) + _format_lines(target, report.results):
         out.print(line, highlight=False)
     from kernelkit.report.bench_table import log_lines
@@ -205,12 +214,14 @@ def calibrate_command(
     force: Annotated[bool, typer.Option(help="Measure again even when cached.")] = False,
 ) -> None:
     """Measure the device's ceilings once: copy bandwidth and dense matmul rates (cached per GPU, driver, torch)."""
-    from kernelkit.measure.ceilings import calibrate
+    from kernelkit.measure.ceilings import NoisyCalibration, calibrate
     from kernelkit.report.bench_table import ceilings_table
     from kernelkit.target import resolve_device
 
     try:
         ceilings = calibrate(resolve_device(device), force=force)
+    except NoisyCalibration as exc:
+        raise fail(exc, EXIT_FAILED) from None
     except KernelkitError as exc:
         raise fail(exc, EXIT_USAGE) from None
     out.print(ceilings_table(ceilings))
@@ -236,17 +247,53 @@ def compare_command(
     run_a: Annotated[str, typer.Argument(help="The baseline run: an id, 'latest', or 'latest-1' for the one before.")],
     run_b: Annotated[str, typer.Argument(help="The run to compare with it.")],
     store: StoreOpt = None,
+    min_effect: Annotated[str | None, typer.Option(
+        "--min-effect", help="Noise floor: smaller changes are 'same', e.g. 3%; default: the spread measured by "
+                             "`bench --repeat`, else 2% on a GPU, 25% on the CPU.")] = None,
+    fail_if_slower: Annotated[str | None, typer.Option(
+        "--fail-if-slower", help="Regression gate: exit 1 when a case is slower by more than this (e.g. 3%) and "
+                                 "beyond the 95% interval, or broke.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the comparison as JSON to stdout.")] = False,
+    wide: Annotated[bool, typer.Option("--wide", help="Every column, and notes in the table.")] = False,
 ) -> None:
-    """Per-case change from RUN_A to RUN_B; faster or slower only when the 95% interval excludes 1.0."""
-    from kernelkit.report.runs_table import print_comparison
-    from kernelkit.store import compare
+    """Per-case change from RUN_A to RUN_B: faster or slower only when the change exceeds both the 95% interval
+    and the noise floor (the drift between runs of unchanged code).
+
+    Exit code: 0, or 1 when --fail-if-slower finds a regression, 2 for bad arguments or runs that do not resolve.
+    """
+    from kernelkit.report.runs_table import comparison_json, print_comparison
+    from kernelkit.store import compare, regressions
 
     try:
+        floor = None if min_effect is None else parse_percent(min_effect, "--min-effect")
+        gate = None if fail_if_slower is None else parse_percent(fail_if_slower, "--fail-if-slower")
         with open_store(store) as db:
-            result = compare(db, run_ref(run_a), run_ref(run_b))
-    except KernelkitError as exc:
+            result = compare(db, run_ref(run_a), run_ref(run_b), min_effect=floor)
+    except (KernelkitError, ValueError) as exc:
         raise fail(exc, EXIT_USAGE) from None
-    print_comparison(out, result)
+    slower = regressions(result, gate) if gate is not None else []
+    if as_json:
+        print(json.dumps(comparison_json(result, gate, slower), indent=2, default=str))
+    else:
+        print_comparison(out, result, wide=wide)
+        if gate is not None:
+            verdict = (f"[bold red]regression:[/] {len(slower)} case{'s' if len(slower) != 1 else ''} slower by more "
+                       f"than {gate:.1%} beyond the 95% interval, or broken: "
+                       + ", ".join(escape(c.case) for c in slower) if slower
+                       else f"[green]no regression[/] beyond {gate:.1%}")
+            out.print(verdict, highlight=False)
+    raise typer.Exit(EXIT_FAILED if slower else 0)
+
+
+def parse_percent(text: str, option: str) -> float:
+    """'3%' or '3' -> 0.03: a change as a fraction of the baseline's time."""
+    try:
+        value = float(text.strip().removesuffix("%")) / 100
+    except ValueError:
+        raise ValueError(f"{option} {text!r}: give a percentage, e.g. 3%") from None
+    if not 0 <= value < 1:
+        raise ValueError(f"{option} {text!r}: give a percentage from 0% to under 100%")
+    return value
 
 
 def report_command(

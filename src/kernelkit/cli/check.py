@@ -45,15 +45,17 @@ def register(app: typer.Typer) -> None:
 def ops_command() -> None:
     """List the built-in ops and their impls."""
     from kernelkit.ops import BUILTIN_OPS
+    from kernelkit.report.check_table import SHORT_DTYPES
+    from kernelkit.spec import dtype_name
     from kernelkit.target import open_target
 
     table = Table(title="built-in ops", title_justify="left")
     for name in ("op", "impl", "backend", "dtypes", "what it is"):
-        table.add_column(name)
+        table.add_column(name, overflow="fold", max_width=34 if name == "what it is" else None)  # fits 120 columns
     for name in BUILTIN_OPS:
         op = open_target(name).op()
         for impl in op.all_impls().values():  # the registered impls, then the `compile` baseline
-            dtypes = ", ".join(str(d).removeprefix("torch.") for d in (impl.dtypes or op.dtypes))
+            dtypes = ", ".join(SHORT_DTYPES.get(dtype_name(d), dtype_name(d)) for d in (impl.dtypes or op.dtypes))
             table.add_row(name, impl.name, impl.backend, dtypes, impl.description)
     out.print(table)
 
@@ -72,6 +74,8 @@ def check_command(
     sanitize: Annotated[bool, typer.Option(help="Run the check again under compute-sanitizer memcheck (GPU): "
                                                 "every out-of-bounds access of every kernel.")] = False,
     compile_mode: CompileModeOpt = None,
+    wide: Annotated[bool, typer.Option("--wide", help="Every column (backend, notes) in the table; by default it "
+                                                      "fits 120 columns, notes below it.")] = False,
     gpus: GpusOpt = None,
     ray: RayOpt = None,
     solution: SolutionOpt = None,
@@ -113,7 +117,7 @@ def check_command(
             data["verdicts"] = [verdict_json(row) for row in rows]
         print(json.dumps(data, indent=2))
     else:
-        print_report(out, report.results, report.device, report.planned, report.interrupted)
+        print_report(out, report.results, report.device, report.planned, report.interrupted, wide=wide)
         for line in verdict_lines(rows):
             out.print(line, highlight=False)
     raise typer.Exit(_exit_code(report, strict))

@@ -4,6 +4,7 @@ print."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated
 
@@ -23,7 +24,11 @@ from kernelkit.cli.common import (
     fail,
     out,
 )
-from kernelkit.errors import CompileError, KernelkitError, describe_exception
+from kernelkit.errors import BackendUnavailable, CompileError, KernelkitError, describe_exception
+from kernelkit.spec import BASELINES, Impl
+
+ImplOrAll = Annotated[str | None, typer.Option("--impl", "-i", help="The impl; default: every impl that can run here, "
+                                                                     "in turn.")]
 
 
 def register(app: typer.Typer) -> None:
@@ -35,7 +40,7 @@ def register(app: typer.Typer) -> None:
 
 def profile_command(
     target: TargetArg,
-    impl: Annotated[str, typer.Option("--impl", "-i", help="The impl to profile.")],
+    impl: ImplOrAll = None,
     size: SizeOpt = None,
     dtype: DtypeOpt = None,
     device: DeviceOpt = None,
@@ -48,25 +53,67 @@ def profile_command(
     """Profile one case under torch.profiler: op table, Chrome/Perfetto trace, and a launch diagnosis.
 
     The table is sorted by GPU time on CUDA, by CPU time on the CPU. The diagnosis says how busy the GPU was and
-    which kernels wait on the CPU (launch-bound). Exit code: 0 when profiled, 1 when the kernel did not build or
-    the impl raised, 2 for bad arguments or an impl that cannot run here.
+    which kernels wait on the CPU (launch-bound). Without --impl, every impl that can run here is profiled in turn
+    (the others are listed as skipped). Exit code: 0 when profiled, 1 when the kernel did not build or the impl
+    raised, 2 for bad arguments or an impl that cannot run here.
     """
     from kernelkit.profiling.torch_profiler import profile
     from kernelkit.report.profile_table import print_profile
 
+    def one(name: str) -> None:
+        print_profile(out, profile(target, name, size=size, dtype=dtype, device=device, steps=steps, out_dir=out_dir,
+                                   tensorboard=tensorboard))
+
+    if impl is None:
+        raise typer.Exit(_each_impl(target, None, device, one, "profiled"))
     try:
-        result = profile(target, impl, size=size, dtype=dtype, device=device, steps=steps, out_dir=out_dir,
-                         tensorboard=tensorboard)
+        one(impl)
     except KernelkitError as exc:
         raise fail(exc, EXIT_FAILED if isinstance(exc, CompileError) else EXIT_USAGE) from None
     except Exception as exc:  # noqa: BLE001 - most likely the impl's own error, reported with the user's line
         raise fail(RuntimeError(describe_exception(exc)), EXIT_FAILED) from None
-    print_profile(out, result)
+
+
+def _impls(target: str, op_name: str | None, device: str | None) -> dict[str, Impl]:
+    """The registered impls of the target's op (baselines run when named: --impl compile)."""
+    from kernelkit.target import open_target
+
+    try:
+        return dict(open_target(target, device).op(op_name).impls)
+    except KernelkitError as exc:
+        raise fail(exc, EXIT_USAGE) from None
+
+
+def _each_impl(target: str, op_name: str | None, device: str | None, run: Callable[[str], None], done: str) -> int:
+    """``run`` each impl of the op in turn; one that cannot run here is listed as skipped, one that fails does not
+    stop the rest. The exit code: 0 when every impl that could run did, 1 otherwise, 2 when none could run."""
+    names = _impls(target, op_name, device)
+    ran, failed, skipped = [], [], []
+    for name in names:
+        try:
+            run(name)
+        except BackendUnavailable as exc:
+            skipped.append(f"{name}: {exc}")
+            continue
+        except Exception as exc:  # noqa: BLE001 - one impl's failure is reported, the others still run
+            text = str(exc) if isinstance(exc, KernelkitError) else describe_exception(exc)
+            err.print(f"[bold red]error[/] ({escape(name)}): {escape(text)}", highlight=False)
+            failed.append(name)
+            continue
+        ran.append(name)
+    for line in skipped:
+        err.print(f"[dim]skipped {escape(line)}[/]", highlight=False)
+    err.print(f"{done} {len(ran)} of {len(names)} impls ({', '.join(ran) or 'none'}); --impl NAME for one",
+              highlight=False)
+    if failed:
+        return EXIT_FAILED
+    return 0 if ran else EXIT_USAGE
 
 
 def ncu_command(
     target: TargetArg,
-    impl: Annotated[str, typer.Option("--impl", "-i", help="The impl to profile.")],
+    impl: Annotated[str | None, typer.Option("--impl", "-i", help="The impl to profile; default: the op's first "
+                                                                   "optimized impl (not eager or compile).")] = None,
     size: SizeOpt = None,
     dtype: DtypeOpt = None,
     section_set: Annotated[
@@ -89,6 +136,14 @@ def ncu_command(
     from kernelkit.profiling.ncu import NcuError, ncu_messages, run_ncu
     from kernelkit.report.profile_table import print_kernels
 
+    impls = _impls(target, op_name, None)
+    if impl is None:
+        impl = first_optimized(impls)
+        if impl is None:
+            raise fail(KernelkitError(f"{target} has no impl but its baselines; name one with --impl"), EXIT_USAGE)
+        err.print(f"ncu: profiling {impl}, the op's first optimized impl (--impl NAME for another)", highlight=False)
+    elif impl not in impls and impl not in BASELINES:
+        raise fail(KernelkitError(f"no impl {impl!r} in {target}; its impls: {', '.join(impls)}"), EXIT_USAGE)
     try:
         report = run_ncu(target, impl, op_name=op_name, size=size, dtype=dtype, section_set=section_set,
                          metrics=[m.strip() for m in (metrics or "").split(",") if m.strip()],
@@ -105,7 +160,8 @@ def ncu_command(
 
 def asm_command(
     target: TargetArg,
-    impl: Annotated[str, typer.Option("--impl", "-i", help="The impl whose kernels to show.")],
+    impl: Annotated[str | None, typer.Option("--impl", "-i", help="The impl whose kernels to show; default: every "
+                                                                   "impl whose kernels compile here, in turn.")] = None,
     size: Annotated[str | None, typer.Option(help="One shape, e.g. 1823x781; default: the op's first (GPU).")] = None,
     dtype: DtypeOpt = None,
     ir: Annotated[str | None, typer.Option(help="Print this listing after the summary: ttir, ttgir, llir "
@@ -121,23 +177,34 @@ def asm_command(
     """Show what an impl's kernels compile to: registers, spills, memory, load/store widths; then PTX or SASS.
 
     Needs no GPU: Triton and CUDA C++ kernels are compiled for --arch here. Every listing is saved to --out.
+    Without --impl, every impl whose backend can show its kernels is compiled in turn (the others are listed).
     Exit code: 0 when shown, 1 when a kernel failed to compile, 2 for bad arguments or an impl asm cannot show.
     """
     from kernelkit.profiling.asm import DEFAULT_OUT_DIR, report_for
     from kernelkit.report.profile_table import print_asm_summary
 
-    try:
-        report = report_for(target, impl, ir=ir or "sass", arch=arch, size=size, dtype=dtype, config=config,
-                         op_name=op_name)
+    def one(name: str) -> None:
+        report = report_for(target, name, ir=ir or "sass", arch=arch, size=size, dtype=dtype, config=config,
+                            op_name=op_name)
         paths = report.save(out_dir or DEFAULT_OUT_DIR)
+        print_asm_summary(out, report)
+        if ir:
+            print(report.listing(), flush=True)
+        err.print(f"saved {len(paths)} files in {out_dir or DEFAULT_OUT_DIR}", highlight=False)
+
+    if impl is None:
+        raise typer.Exit(_each_impl(target, op_name, None, one, "compiled"))
+    try:
+        one(impl)
     except CompileError as exc:
         raise fail(exc, EXIT_FAILED) from None
     except KernelkitError as exc:
         raise fail(exc, EXIT_USAGE) from None
-    print_asm_summary(out, report)
-    if ir:
-        print(report.listing(), flush=True)
-    err.print(f"saved {len(paths)} files in {out_dir or DEFAULT_OUT_DIR}", highlight=False)
+
+
+def first_optimized(impls: dict[str, Impl]) -> str | None:
+    """The first impl whose backend is not a baseline's (eager, compile): what ncu looks at without --impl."""
+    return next((name for name, impl in impls.items() if impl.backend not in BASELINES), None)
 
 
 def codegen_command(

@@ -12,6 +12,7 @@ import contextlib
 import json
 import math
 import re
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
@@ -21,7 +22,7 @@ from typing import Any
 import torch
 
 from kernelkit.cache import cache_dir, write_atomic
-from kernelkit.errors import BackendUnavailable
+from kernelkit.errors import BackendUnavailable, KernelkitError
 from kernelkit.measure.clocks import ClockReader
 from kernelkit.measure.host import cpu_model, device_name, driver_version_without_nvml, l2_bytes
 from kernelkit.measure.measurement import Ceiling, Measurement
@@ -29,6 +30,13 @@ from kernelkit.measure.measurement import Ceiling, Measurement
 Bench = Callable[..., Measurement]  # the signature of kernelkit.measure.timer.bench
 
 CACHE_FORMAT = 1  # bump when Ceilings changes meaning: older cache files are then measured again
+# A ceiling whose timing spread (IQR / median) is over this was taken on a busy machine or moving clocks: it is
+# measured again (MEASURE_TRIES in all), then refused; a cached one is measured again.
+MAX_SPREAD = 0.10
+MEASURE_TRIES = 3
+# A refusal is remembered this long (a file beside the cache), so the workers of a sweep on a busy machine do not
+# each spend MEASURE_TRIES calibrations finding the same; calibrate(force=True) measures anyway.
+REFUSAL_SECONDS = 600.0
 
 GPU_COPY_BYTES = 2 << 30  # per buffer: ~40x an H100's 50 MB L2, so hot-mode copies stream from HBM
 GPU_MATMUL_N = 8192  # 1.1 TFLOP per call: long enough to reach the steady-state clock, short enough to repeat
@@ -58,6 +66,7 @@ class Ceilings:
     notes: dict[str, Any] = field(default_factory=dict)
     measured_at: str = ""  # ISO 8601, UTC
     device: str = "cuda"  # "cuda" or "cpu": CPU ceilings describe the CPU, never a GPU
+    cached: bool = field(default=False, compare=False)  # read from the disk cache, not measured now (not stored)
 
     def flops_ceiling(self, dtype: str) -> tuple[str, float] | None:
         """(kind, TFLOP/s) of the matmul rate a case of ``dtype`` ('bfloat16', 'torch.float16', ...) compares with;
@@ -72,7 +81,13 @@ class Ceilings:
         return kind, self.matmul_tflops[kind]
 
     def to_dict(self) -> dict[str, Any]:
-        return {"format": CACHE_FORMAT, **asdict(self)}
+        data = asdict(self)
+        del data["cached"]
+        return {"format": CACHE_FORMAT, **data}
+
+    def worst_spread(self) -> tuple[str, float]:
+        """(which, spread) of the measured ceiling with the widest timing spread (IQR / median); ('', 0.0) if none."""
+        return worst_spread(self.notes)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Ceilings:
@@ -138,22 +153,64 @@ def calibrate(device: torch.device | str = "cuda", *, force: bool = False, budge
     GPU: copy over two 2 GiB buffers, then 8192^3 matmuls in fp32 (TF32 off), tf32, bf16, fp16 and fp8 (sm_89+,
     torch._scaled_mm), each timed hot for up to ``budget`` seconds. CPU: copy over 256 MiB and an fp32 2048^3
     matmul. ``bench`` replaces kernelkit.measure.timer.bench (tests pass a fake; None: the real timer).
-    A cache file that cannot be read is measured again and overwritten.
+    A cache file that cannot be read is measured again and overwritten. A measurement whose spread is over
+    MAX_SPREAD is taken again, up to MEASURE_TRIES times, then refused (NoisyCalibration, nothing cached); a cached
+    one that noisy is measured again. A cached result comes back with ``cached`` set.
     """
     dev = _resolve(device)
     device_name, key = _identity(dev)
     path = _cache_path(key)
+    refusal = path.with_suffix(".refused")
     if not force:
         cached = _read_cache(path, key)
-        if cached is not None:
+        if cached is not None and cached.worst_spread()[1] <= MAX_SPREAD:
+            cached.cached = True
             return cached
+        _raise_recent_refusal(refusal)
     bench = bench or _timer_bench()
     measure = _measure_gpu if dev.type == "cuda" else _measure_cpu
-    copy_gbps, tflops, notes = measure(dev, bench, budget)
+    for _ in range(MEASURE_TRIES):
+        copy_gbps, tflops, notes = measure(dev, bench, budget)
+        which, spread = worst_spread(notes)
+        if spread <= MAX_SPREAD:
+            break
+    else:
+        reason = (f"calibration refused: the {which} ceiling's timings spread over {spread:.0%} of their median (at "
+                  f"most {MAX_SPREAD:.0%} is kept) in each of {MEASURE_TRIES} tries; the machine is busy or its "
+                  f"clocks move: calibrate again when it is idle")
+        write_atomic(refusal, reason.encode())
+        raise NoisyCalibration(reason)
+    refusal.unlink(missing_ok=True)
     measured_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
     ceilings = Ceilings(device_name, key, copy_gbps, tflops, notes, measured_at, dev.type)
     write_atomic(path, json.dumps(ceilings.to_dict(), indent=2).encode())
     return ceilings
+
+
+class NoisyCalibration(KernelkitError):
+    """The ceilings' timings spread too widely to be kept (see MAX_SPREAD)."""
+
+
+def _raise_recent_refusal(refusal: Path) -> None:
+    """NoisyCalibration again when a calibration was refused less than REFUSAL_SECONDS ago."""
+    try:
+        age = time.time() - refusal.stat().st_mtime
+        reason = refusal.read_text()
+    except OSError:
+        return
+    if 0 <= age < REFUSAL_SECONDS:
+        raise NoisyCalibration(f"{reason} ({age / 60:.0f} min ago; `kernelkit calibrate --force` measures again)")
+
+
+def worst_spread(notes: dict[str, Any]) -> tuple[str, float]:
+    """(which, IQR / median) of the measured ceiling in ``notes`` with the widest spread; ('', 0.0) if none."""
+    spreads = [(float(note["iqr_rel"]), name) for name, note in notes.items()
+               if isinstance(note, dict) and isinstance(note.get("iqr_rel"), (int, float))
+               and math.isfinite(note["iqr_rel"])]
+    if not spreads:
+        return "", 0.0
+    spread, name = max(spreads)
+    return name, spread
 
 
 def _timer_bench() -> Bench:

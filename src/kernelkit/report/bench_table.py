@@ -16,7 +16,7 @@ from rich.table import Table
 
 from kernelkit.measure.measurement import SUSPECT_PCT, BenchResult, Measurement
 from kernelkit.measure.stats import NOISY_IQR, Ratio
-from kernelkit.report.check_table import status_text, worker_warning_lines
+from kernelkit.report.check_table import stacked_status_text, status_text, worker_warning_lines
 from kernelkit.report.roofline import binding
 from kernelkit.results import Status
 from kernelkit.spec import BASELINES
@@ -50,13 +50,16 @@ def format_bytes(n: int | None) -> str:
     return f"{_three_digits(value)} TiB"
 
 
-def bench_table(results: Sequence[BenchResult], *, title: str = "", show_ci: bool = False) -> Table:
+def bench_table(results: Sequence[BenchResult], *, title: str = "", show_ci: bool = False, wide: bool = True) -> Table:
     """The results as a table: impl, size, dtype, median, spread, n, rates, which ceiling binds and % of it, peak
     memory (where measured), speedups, status, notes.
 
     Speedups are baseline median / impl median with a bootstrap verdict; ``show_ci`` adds the 95% interval.
-    A message column appears when any result did not pass.
+    A message column appears when any result did not pass. ``wide=False``: the table that fits 120 columns
+    (``compact_table``; the notes go below it, ``note_lines``).
     """
+    if not wide:
+        return compact_table(results, title=title)
     show_op = len({r.op for r in results}) > 1
     show_gpu = len({r.gpu for r in results}) > 1  # a run spread over several GPUs (--gpus, --ray)
     show_tflops = any(r.measurement and r.measurement.flops for r in results)
@@ -96,6 +99,82 @@ def bench_table(results: Sequence[BenchResult], *, title: str = "", show_ci: boo
     return table
 
 
+def compact_table(results: Sequence[BenchResult], *, title: str = "") -> Table:
+    """The table that fits 120 columns on the built-in ops: impl, size, dtype, median ± half the p20-p80 spread (or
+    the status of a row that was not timed), the nearer ceiling's rate and % of it, the speedups (↑ faster, ↓ slower,
+    ~ within the interval). n, the bound, peak memory, notes and messages are in the wide table (``kernelkit bench
+    --wide``); notes go below it (note_lines), failures' messages too (warning_lines)."""
+    show_op = len({r.op for r in results}) > 1
+    show_gpu = len({r.gpu for r in results}) > 1  # a run spread over several GPUs (--gpus, --ray)
+    vs = [name for name in BASELINES if any(name in r.speedups for r in results)]
+    table = Table(title=title or None, title_justify="left", caption=caption(results), caption_justify="left")
+    columns = [*(["op"] if show_op else []), "impl", "size", "dtype", *(["gpu"] if show_gpu else []), "median",
+               "rate", "% of ceiling", *(f"vs\n{name}" for name in vs)]
+    for name in columns:
+        table.add_column(name, justify="left" if name in ("op", "impl", "size", "dtype") else "right",
+                         overflow="fold")
+    baselines = baseline_impls(results)
+    previous = None
+    for r in ordered_results(results, baselines):
+        group = (r.op, r.size, r.dtype)
+        if previous is not None and group != previous:
+            table.add_section()
+        previous = group
+        m = r.measurement if r.measurement is not None and r.measurement.samples else None
+        median, spread, _ = _timing_cells(m)
+        timed = m is not None  # a SUSPECT row was timed: its median shows, the ceiling column says SUSPECT
+        baseline = r.impl in baselines
+        table.add_row(*([escape(r.op)] if show_op else []), f"[dim]{escape(r.impl)}[/]" if baseline else escape(r.impl),
+                      "x".join(map(str, r.size)), SHORT_DTYPES.get(r.dtype, r.dtype),
+                      *([str(r.gpu)] if show_gpu else []),
+                      f"{median} {spread}".strip() if timed else stacked_status_text(r.status),
+                      _rate_cell(m), _short_ceiling(m), *(_short_speedup(r.speedups.get(name)) for name in vs))
+    return table
+
+
+# The dtype names the compact table shows (`--dtypes` reads them too).
+SHORT_DTYPES = {"float64": "fp64", "float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}
+
+
+def _rate_cell(m: Measurement | None) -> str:
+    """'123 GB/s' or '45.6 TFLOP/s': the rate whose ceiling is the nearer (GB/s when the op declares no FLOPs)."""
+    if m is None:
+        return ""
+    c = m.ceiling
+    flops_bind = c is not None and (c.pct_flops or 0) > (c.pct_bandwidth or 0)
+    if m.tflops and (flops_bind or m.gbps is None):
+        return f"{rate_text(m.tflops)} TFLOP/s"
+    return f"{rate_text(m.gbps)} GB/s" if m.gbps is not None else ""
+
+
+def _short_ceiling(m: Measurement | None) -> str:
+    """ceiling_text in at most 12 characters: 'SUSPECT 134%' (red) leaves out which ceiling."""
+    text = ceiling_text(m)
+    return text.removesuffix(" bw[/]").removesuffix(" flops[/]") + "[/]" if text.startswith("[bold red]") else text
+
+
+def _short_speedup(ratio: Ratio | None) -> str:
+    """'1.85x ↑' (faster), '1420x ↑', '0.90x ↓' (slower), '1.01x ~' (the interval holds 1.0): three significant
+    digits at most."""
+    if ratio is None:
+        return ""
+    text, style = {"faster": ("↑", "green"), "slower": ("↓", "red")}.get(ratio.verdict, ("~", "dim"))
+    value = f"{ratio.value:.0f}" if ratio.value >= 100 else _three_digits(ratio.value)
+    return f"[{style}]{value}x {text}[/]"
+
+
+def note_lines(results: Sequence[BenchResult]) -> list[str]:
+    """The notes the compact table leaves out, one line per row that has any (stopped early, noisy, throttled,
+    dropped samples)."""
+    baselines = baseline_impls(results)
+    lines = []
+    for r in ordered_results(results, baselines):
+        m = r.measurement if r.measurement is not None and r.measurement.samples else None
+        if text := notes_text(m):
+            lines.append(f"[dim]note {escape(r.case_id)}: {escape(text)}[/]")
+    return lines
+
+
 def caption(results: Sequence[BenchResult]) -> str:
     """'hot mode · median of n samples per row · NVIDIA H100 80GB HBM3': how and where every number was taken."""
     if not results:
@@ -105,7 +184,7 @@ def caption(results: Sequence[BenchResult]) -> str:
         {r.device for r in results})
     parts = [f"{'/'.join(modes)} mode", "median of n samples per row (spread p20-p80)", ", ".join(names)]
     if any(r.speedups for r in results):
-        parts.append("vs X = median(X) / median(impl), 95% bootstrap CI decides faster/slower/~")
+        parts.append("vs X = median(X) / median(impl), 95% bootstrap CI decides faster (↑) / slower (↓) / ~")
     text = " · ".join(p for p in parts if p)
     if any(r.device == "cpu" for r in results):
         text += "\n[bold yellow]CPU timings: not GPU performance[/]"
@@ -240,11 +319,34 @@ def log_lines(results: Sequence[BenchResult], lines: int = 20) -> list[str]:
 
 
 def ceilings_table(ceilings: Ceilings) -> Table:
-    """The calibrated ceilings of one device: copy bandwidth and each matmul rate, with how each was measured."""
-    table = Table(title=f"ceilings of {ceilings.device_name}", title_justify="left")
+    """The calibrated ceilings of one device: copy bandwidth and each matmul rate, with how each was measured (what
+    ran, its size, n, spread); the title says whether they were measured now or read from the cache, and when."""
+    when = ceilings.measured_at.replace("T", " ").replace("+00:00", " UTC") or "unknown date"
+    origin = f"cached ({when}; --force measures again)" if ceilings.cached else f"measured {when}"
+    table = Table(title=f"ceilings of {escape(ceilings.device_name)}: {origin}", title_justify="left")
     for name in ("ceiling", "value", "how"):
-        table.add_column(name)
-    table.add_row("copy bandwidth", f"{ceilings.copy_gbps:,.0f} GB/s", str(ceilings.notes.get("copy", "")))
+        table.add_column(name, overflow="fold", max_width=70 if name == "how" else None)  # fits 120 columns
+    table.add_row("copy bandwidth", f"{ceilings.copy_gbps:,.0f} GB/s", escape(how_text(ceilings.notes.get("copy"))))
     for kind, rate in ceilings.matmul_tflops.items():
-        table.add_row(f"matmul {kind}", f"{rate:,.1f} TFLOP/s", str(ceilings.notes.get(kind, "")))
+        table.add_row(f"matmul {kind}", f"{rate:,.1f} TFLOP/s", escape(how_text(ceilings.notes.get(kind))))
+    skipped = [f"{kind}: {note['skipped']}" for kind, note in ceilings.notes.items()
+               if isinstance(note, dict) and "skipped" in note]
+    if skipped:
+        table.caption = escape("not measured: " + "; ".join(dict.fromkeys(skipped)))
+        table.caption_justify = "left"
     return table
+
+
+def how_text(note: object) -> str:
+    """'y.copy_(x), 256 MiB, hot, n=41, spread 3%' from a ceiling's note (what ran, its size, n, IQR / median)."""
+    if not isinstance(note, dict):
+        return str(note or "")
+    if "skipped" in note:
+        return f"skipped: {note['skipped']}"
+    size = note.get("size") or (f"{note['buffer_bytes'] / 2**20:.0f} MiB" if "buffer_bytes" in note else "")
+    parts = [str(note.get("what", "")), size, str(note.get("mode", "")),
+             f"n={note['n']}" if "n" in note else "",
+             f"spread {note['iqr_rel']:.0%}" if isinstance(note.get("iqr_rel"), (int, float)) else ""]
+    if note.get("shortage"):
+        parts.append(str(note["shortage"]))
+    return ", ".join(p for p in parts if p)

@@ -15,6 +15,8 @@ from kernelkit.results import CaseResult, Status
 if TYPE_CHECKING:
     from kernelkit.runner import RunReport
 
+# The dtype names the tables that fit 120 columns show (`--dtypes` reads them too).
+SHORT_DTYPES = {"float64": "fp64", "float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}
 STYLES = {
     Status.PASSED: "green",
     Status.SKIPPED: "dim",
@@ -26,19 +28,29 @@ def status_text(status: Status) -> str:
     return f"[{STYLES.get(status, 'bold red')}]{status.value}[/]"
 
 
-def results_table(results: Sequence[CaseResult], title: str = "") -> Table:
+def stacked_status_text(status: Status) -> str:
+    """status_text with its words on lines of their own (INCORRECT / NUMERICS): narrow columns for narrow tables."""
+    return f"[{STYLES.get(status, 'bold red')}]{status.value.replace('_', chr(10))}[/]"
+
+
+def results_table(results: Sequence[CaseResult], title: str = "", *, wide: bool = True) -> Table:
+    """One row per case. ``wide=False``: the table that fits 120 columns (no backend, no note: the notes and
+    failure messages are printed below it)."""
     show_seed = len({r.seed for r in results}) > 1
     table = Table(title=title or None, title_justify="left", show_lines=False)
-    for name in ("op", "impl", "backend", "size", "dtype", *(["seed"] if show_seed else []), "status", "max abs err",
-                 "check time", "note"):
-        table.add_column(name, justify="right" if name in ("max abs err", "check time") else "left",
+    for name in ("op", "impl", *(["backend"] if wide else []), "size", "dtype", *(["seed"] if show_seed else []),
+                 "status", "max abs err", "check time" if wide else "time", *(["note"] if wide else [])):
+        table.add_column(name, justify="right" if name in ("max abs err", "check time", "time") else "left",
                          overflow="fold", max_width=60 if name == "note" else None)
     for r in results:
         err = "" if r.max_abs_err is None else f"{r.max_abs_err:.2e}"
         note = build_note(r.details) if r.status is Status.PASSED else _first_line(r.message)
         table.add_row(
-            r.op, r.impl, r.backend, "x".join(map(str, r.size)), r.dtype, *([str(r.seed)] if show_seed else []),
-            status_text(r.status), err, f"{r.seconds:.2f}s", escape(note),
+            r.op, r.impl, *([r.backend] if wide else []), "x".join(map(str, r.size)),
+            r.dtype if wide else SHORT_DTYPES.get(r.dtype, r.dtype),
+            *([str(r.seed)] if show_seed else []), status_text(r.status) if wide else stacked_status_text(r.status),
+            err, f"{r.seconds:.2f}s",
+            *([escape(note)] if wide else []),
         )
     return table
 
@@ -64,10 +76,15 @@ def summary_line(results: Sequence[CaseResult], device: str, planned: int, inter
 
 
 def print_report(console: Console, results: Sequence[CaseResult], device: str, planned: int,
-                 interrupted: bool = False, title: str = "") -> None:
-    """The table, the details of every case that failed, the skip reasons grouped, and a summary line."""
+                 interrupted: bool = False, title: str = "", *, wide: bool = False) -> None:
+    """The table (``wide``: with the backend and note columns; else the notes of passed cases below it), the
+    details of every case that failed, the skip reasons grouped, and a summary line."""
     if results:
-        console.print(results_table(results, title))
+        console.print(results_table(results, title, wide=wide))
+    notes = [] if wide else [(r.case_id, note) for r in results
+                             if r.status is Status.PASSED and (note := build_note(r.details))]
+    for case, note in notes:
+        console.print(f"[dim]note {escape(case)}: {escape(note)}[/]", highlight=False)
     failed = [r for r in results if r.status.failed]
     for r in failed:
         console.print(f"\n{status_text(r.status)} [bold]{escape(r.case_id)}[/]")

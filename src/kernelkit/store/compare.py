@@ -1,5 +1,12 @@
-"""Run-to-run comparison: each case of run B against run A, with a bootstrap verdict, and the environment keys that
-differ between the two runs (they may not be comparable)."""
+"""Run-to-run comparison: each case of run B against run A, with a verdict, and the environment keys that differ
+between the two runs (they may not be comparable).
+
+A case is faster or slower only when the change exceeds both the 95% bootstrap interval (the noise inside each
+run) and a noise floor (the drift between runs, which that interval does not see: two runs of the same code on the
+same machine differ by a few %). The floor is, in order: the one given (``min_effect``), the between-run spread
+that ``kernelkit bench --repeat N`` measured for the case (the larger of the two runs'), or a default for the device.
+The regression gate (``regressions``) applies the same rule with its threshold as the floor.
+"""
 
 from __future__ import annotations
 
@@ -11,6 +18,15 @@ from typing import Any
 from kernelkit.measure.measurement import BenchResult
 from kernelkit.measure.stats import Ratio, speedup
 from kernelkit.store.db import RunInfo, Store
+
+# The noise floor when no run measured one: back-to-back runs of unchanged code differ by up to ~1-2% on a GPU
+# (clocks, placement) and by much more on a CPU shared with other work: 0.8-4% on a quiet 2-core machine, up to
+# 17% on the same machine while other processes kept both cores busy (load 9).
+DEFAULT_MIN_EFFECT = {"cuda": 0.02, "cpu": 0.25}
+# A measured between-run spread is taken as the floor, but never under this: two or three runs see less of the
+# drift than many would.
+MIN_MEASURED_EFFECT = 0.005
+SPREAD_KEY = "run_spread"  # BenchResult.details key: (max - min) / median of the case's medians over --repeat runs
 
 
 @dataclass(frozen=True)
@@ -26,7 +42,8 @@ class EnvDiff:
 class CaseChange:
     """One case across two runs. ratio = median_a / median_b: > 1 means B is faster.
 
-    verdict is 'faster'/'slower' only when the ratio's 95% bootstrap interval excludes 1.0, else 'same';
+    verdict is 'faster'/'slower' only when the ratio's 95% bootstrap interval excludes 1.0 and the change is larger
+    than the noise floor ``floor`` (a fraction of A's time; ``floor_from`` says where it came from), else 'same';
     None when the case was not compared (only in one run, not timed in one, modes differ): note says why.
     """
 
@@ -43,6 +60,19 @@ class CaseChange:
     ratio: Ratio | None
     verdict: str | None
     note: str = ""
+    floor: float | None = None
+    floor_from: str = ""
+
+    @property
+    def change(self) -> float | None:
+        """B's time relative to A's, minus 1: +0.05 is 5% slower, -0.05 5% faster; None when not compared."""
+        return 1.0 / self.ratio.value - 1.0 if self.ratio else None
+
+    def to_dict(self) -> dict[str, Any]:
+        data = {k: getattr(self, k) for k in self.__dataclass_fields__ if k != "ratio"}
+        data["ratio"] = self.ratio.to_dict() if self.ratio else None
+        data["change"] = self.change
+        return data
 
 
 @dataclass(frozen=True)
@@ -54,15 +84,30 @@ class RunComparison:
     changes: list[CaseChange]
     env_diffs: list[EnvDiff]
 
+    def to_dict(self) -> dict[str, Any]:
+        """The comparison as ``kernelkit compare --json`` prints it."""
+        def run(info: RunInfo) -> dict[str, Any]:
+            return {"id": info.id, "started": info.started, "status": info.status, "command": info.command,
+                    "device": info.device}
 
-def compare(store: Store, run_a: str | int, run_b: str | int) -> RunComparison:
-    """Each case of run B against run A (ratio > 1: B is faster), matched by case key and mode."""
+        return {"run_a": run(self.run_a), "run_b": run(self.run_b), "changes": [c.to_dict() for c in self.changes],
+                "env_diffs": [{"key": d.key, "a": d.a, "b": d.b} for d in self.env_diffs]}
+
+
+def compare(store: Store, run_a: str | int, run_b: str | int, *, min_effect: float | None = None) -> RunComparison:
+    """Each case of run B against run A (ratio > 1: B is faster), matched by case key and mode.
+
+    min_effect: the noise floor, a fraction of A's time (0.03: 3%); default: measured by ``bench --repeat``, else
+    DEFAULT_MIN_EFFECT for the device.
+    """
+    if min_effect is not None and not 0 <= min_effect < 1:
+        raise ValueError(f"the minimum effect is a fraction of A's time in [0, 1), not {min_effect}")
     info_a, info_b = store.run(run_a), store.run(run_b)
     by_a, by_b = _by_case(store.results(info_a.id)), _by_case(store.results(info_b.id))
     changes = []
     for case in list(by_a) + [c for c in by_b if c not in by_a]:
         modes_a, modes_b = by_a.get(case, {}), by_b.get(case, {})
-        changes += [_case_change(modes_a[m], modes_b[m]) for m in modes_a if m in modes_b]
+        changes += [_case_change(modes_a[m], modes_b[m], min_effect) for m in modes_a if m in modes_b]
         rest_a = [r for m, r in modes_a.items() if m not in modes_b]
         rest_b = [r for m, r in modes_b.items() if m not in modes_a]
         for a, b in zip(rest_a, rest_b, strict=False):
@@ -70,6 +115,36 @@ def compare(store: Store, run_a: str | int, run_b: str | int) -> RunComparison:
         changes += [_row(a, a, None, note="only in A") for a in rest_a[len(rest_b):]]
         changes += [_row(b, None, b, note="only in B") for b in rest_b[len(rest_a):]]
     return RunComparison(info_a, info_b, changes, env_diffs(info_a.env, info_b.env))
+
+
+def judge(ratio: Ratio, floor: float) -> str:
+    """'slower' when B's time exceeds A's by more than ``floor`` and the interval excludes 1.0; 'faster' when A's
+    exceeds B's by more than ``floor`` likewise; else 'same'."""
+    if ratio.high < 1.0 and 1.0 / ratio.value - 1.0 > floor:
+        return "slower"
+    if ratio.low > 1.0 and ratio.value - 1.0 > floor:
+        return "faster"
+    return "same"
+
+
+def regressions(result: RunComparison, threshold: float) -> list[CaseChange]:
+    """The regression gate: the cases of B slower than A by more than ``threshold`` (0.03: 3%) and beyond the
+    interval, whatever the noise floor; a case that broke (timed in A, not in B) counts too."""
+    slow = [c for c in result.changes if c.ratio is not None and judge(c.ratio, threshold) == "slower"]
+    broken = [c for c in result.changes if c.ratio is None and c.median_a is not None and c.status_b is not None
+              and c.status_b != "PASSED" and c.status_b != "SKIPPED"]
+    return slow + broken
+
+
+def floor_for(a: BenchResult, b: BenchResult, min_effect: float | None) -> tuple[float, str]:
+    """The noise floor of one case and where it came from: given, measured (bench --repeat), or the default."""
+    if min_effect is not None:
+        return min_effect, "given"
+    measured = [r.details[SPREAD_KEY] for r in (a, b) if isinstance(r.details.get(SPREAD_KEY), (int, float))]
+    if measured:
+        return max(MIN_MEASURED_EFFECT, *measured), "measured"
+    device = b.device if b.device in DEFAULT_MIN_EFFECT else "cuda"
+    return DEFAULT_MIN_EFFECT[device], f"default ({device})"
 
 
 def env_diffs(env_a: dict[str, Any], env_b: dict[str, Any]) -> list[EnvDiff]:
@@ -94,21 +169,24 @@ def _samples(r: BenchResult | None) -> list[float]:
     return [s for s in r.measurement.samples if math.isfinite(s)]
 
 
-def _case_change(a: BenchResult, b: BenchResult) -> CaseChange:
+def _case_change(a: BenchResult, b: BenchResult, min_effect: float | None) -> CaseChange:
     untimed = [f"{side} ({r.status.value}{': ' + r.message if r.message else ''})" if r.status.failed
                else f"{side} (no samples)" for side, r in (("A", a), ("B", b)) if not _samples(r)]
     if untimed:
         return _row(a, a, b, note=f"not timed in {' and '.join(untimed)}")
-    return _row(a, a, b, ratio=speedup(_samples(a), _samples(b)))
+    floor, floor_from = floor_for(a, b, min_effect)
+    return _row(a, a, b, ratio=speedup(_samples(a), _samples(b)), floor=floor, floor_from=floor_from)
 
 
 def _row(key: BenchResult, a: BenchResult | None, b: BenchResult | None, *, ratio: Ratio | None = None,
-         note: str = "") -> CaseChange:
+         note: str = "", floor: float | None = None, floor_from: str = "") -> CaseChange:
     median_a, median_b = (statistics.median(s) if (s := _samples(r)) else None for r in (a, b))
+    verdict = judge(ratio, floor or 0.0) if ratio else None
     return CaseChange(
         case=key.case_id, op=key.op, impl=key.impl, size="x".join(map(str, key.size)), dtype=key.dtype,
         mode=key.mode, status_a=a.status.value if a else None, status_b=b.status.value if b else None,
-        median_a=median_a, median_b=median_b, ratio=ratio, verdict=ratio.verdict if ratio else None, note=note,
+        median_a=median_a, median_b=median_b, ratio=ratio, verdict=verdict, note=note, floor=floor,
+        floor_from=floor_from,
     )
 
 

@@ -79,6 +79,7 @@ class RunInfo:
     op: str
     mode: str
     env: dict[str, Any] = field(default_factory=dict)
+    n_failed: int = 0  # results that neither passed nor were skipped
 
 
 def default_store_path() -> Path:
@@ -206,18 +207,20 @@ class Store:
     def _run_rows(self, where: str, params: tuple[Any, ...]) -> list[RunInfo]:
         sql = ("SELECT r.id, r.started, r.finished, r.status, r.command, r.device, r.op, r.mode, r.env, "
                "(SELECT COUNT(*) FROM results WHERE run_id = r.id), "
-               "(SELECT COUNT(*) FROM results WHERE run_id = r.id AND status = 'PASSED') FROM runs r " + where)
+               "(SELECT COUNT(*) FROM results WHERE run_id = r.id AND status = 'PASSED'), "
+               "(SELECT COUNT(*) FROM results WHERE run_id = r.id AND status NOT IN ('PASSED', 'SKIPPED')) "
+               "FROM runs r " + where)
         with self._guard("listing runs"):
             rows = self._conn.execute(sql, params).fetchall()
         out = []
-        for rid, started, finished, status, command, device, op, mode, env_text, n, n_passed in rows:
+        for rid, started, finished, status, command, device, op, mode, env_text, n, n_passed, n_failed in rows:
             try:
                 env = json.loads(env_text)
             except ValueError as exc:
                 raise StoreError(f"results store {self.path}: run {rid}'s environment is damaged; {FIX}") from exc
             device = device or str(env.get("device_name") or env.get("gpu") or env.get("device") or "")
             out.append(RunInfo(rid, started, finished, status if finished else "incomplete", command, n, n_passed,
-                               device, op, mode, env))
+                               device, op, mode, env, n_failed))
         return out
 
     def _latest_hint(self) -> str:

@@ -1,0 +1,218 @@
+"""Verdicts that survive a second run: compare's noise floor (default, given, measured by bench --repeat), the A/A
+case, the regression gate (--fail-if-slower, --json) and the comparison table that says "same (within noise)"."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from rich.console import Console
+from typer.testing import CliRunner
+
+from kernelkit.cli import app
+from kernelkit.measure.measurement import BenchResult, Measurement
+from kernelkit.measure.stats import Ratio
+from kernelkit.results import Status
+from kernelkit.store import DEFAULT_MIN_EFFECT, Store, compare, regressions
+from kernelkit.store.compare import SPREAD_KEY, judge
+
+
+def samples(center: float, rel_noise: float, n: int = 200, seed: int = 0) -> list[float]:
+    rng = np.random.default_rng(seed)
+    return [float(x) for x in center * (1 + rel_noise * rng.standard_normal(n))]
+
+
+def result(impl: str, times: list[float] | None, *, device: str = "cuda", spread: float | None = None,
+           status: Status = Status.PASSED) -> BenchResult:
+    m = None if times is None else Measurement(label=impl, mode="hot", device=device, device_name="test",
+                                               samples=times, first_call=0.1, warmup_calls=3,
+                                               stop_reason="converged")
+    details = {} if spread is None else {SPREAD_KEY: spread}
+    return BenchResult(op="square", impl=impl, backend="triton", size=(64, 64), dtype="float32", device=device,
+                       mode="hot", status=status, measurement=m, details=details)
+
+
+def two_runs(store: Store, pairs: dict[str, tuple[list[float] | None, list[float] | None]], *, device: str = "cuda",
+             spread: float | None = None) -> tuple[int, int]:
+    runs = []
+    for side in (0, 1):
+        run = store.begin_run("kernelkit bench square", {"device_name": "test"}, device=device)
+        for impl, times in pairs.items():
+            store.add_result(run, result(impl, times[side], device=device, spread=spread))
+        store.finish_run(run)
+        runs.append(run)
+    return runs[0], runs[1]
+
+
+@pytest.fixture
+def store(tmp_path: Path):
+    with Store.open(tmp_path / "results.sqlite") as s:
+        yield s
+
+
+def test_judge_needs_both_the_interval_and_the_floor():
+    assert judge(Ratio(1 / 1.05, 0.94, 0.96), 0.02) == "slower"  # 5% slower, interval clear of 1, floor 2%
+    assert judge(Ratio(1 / 1.05, 0.94, 0.96), 0.10) == "same"  # the same change under a 10% floor
+    assert judge(Ratio(1 / 1.05, 0.90, 1.01), 0.02) == "same"  # beyond the floor but the interval holds 1.0
+    assert judge(Ratio(1.08, 1.07, 1.09), 0.05) == "faster"
+    assert judge(Ratio(1.04, 1.03, 1.05), 0.05) == "same"
+
+
+def test_a_a_comparison_with_drift_is_same_on_cpu_and_gpu(store: Store):
+    """The same samples, the second run drifted by 0.8-4% (as two back-to-back runs of unchanged code): each
+    interval excludes 1.0, so the old rule said faster/slower; the floor says same."""
+    drifts = {"a": 1.008, "b": 1.02, "c": 1.04, "d": 0.97}
+    for device, allowed in (("cpu", drifts), ("cuda", {"a": 1.008, "b": 1.015, "d": 0.985})):
+        pairs = {impl: (samples(1e-4, 0.002, seed=i), [t * drift for t in samples(1e-4, 0.002, seed=i)])
+                 for i, (impl, drift) in enumerate(allowed.items())}
+        a, b = two_runs(store, pairs, device=device)
+        cmp = compare(store, a, b)
+        assert all(c.ratio.low > 1 or c.ratio.high < 1 for c in cmp.changes)  # the interval alone would call them
+        assert [c.verdict for c in cmp.changes] == ["same"] * len(allowed), device
+        assert {c.floor for c in cmp.changes} == {DEFAULT_MIN_EFFECT[device]}
+        assert {c.floor_from for c in cmp.changes} == {f"default ({device})"}
+
+
+def test_a_planted_slowdown_beyond_the_floor_is_slower(store: Store):
+    base = samples(1e-4, 0.01, seed=3)
+    a, b = two_runs(store, {"extra_pass": (base, [1.10 * t for t in samples(1e-4, 0.01, seed=4)])})
+    (change,) = compare(store, a, b).changes
+    assert change.verdict == "slower" and change.change == pytest.approx(0.10, abs=0.01)
+
+
+def test_the_floor_given_or_measured_replaces_the_default(store: Store):
+    times = (samples(1e-4, 0.002, seed=1), samples(1.05e-4, 0.002, seed=2))  # 5% slower
+    a, b = two_runs(store, {"x": times})
+    assert compare(store, a, b).changes[0].verdict == "slower"  # the GPU default floor is 2%
+    given = compare(store, a, b, min_effect=0.08).changes[0]
+    assert (given.verdict, given.floor, given.floor_from) == ("same", 0.08, "given")
+    a, b = two_runs(store, {"x": times}, spread=0.07)  # bench --repeat measured 7% between runs
+    measured = compare(store, a, b).changes[0]
+    assert (measured.verdict, measured.floor, measured.floor_from) == ("same", 0.07, "measured")
+    with pytest.raises(ValueError, match="fraction"):
+        compare(store, a, b, min_effect=3)
+
+
+def test_the_gate_catches_slowdowns_beyond_the_threshold_and_broken_cases(store: Store):
+    a_run = store.begin_run("kk", {}, device="cuda")
+    b_run = store.begin_run("kk", {}, device="cuda")
+    for impl, scale in (("five_pct", 1.05), ("one_pct", 1.01), ("faster", 0.8)):
+        store.add_result(a_run, result(impl, samples(1e-4, 0.002, seed=1)))
+        store.add_result(b_run, result(impl, [scale * t for t in samples(1e-4, 0.002, seed=2)]))
+    store.add_result(a_run, result("broke", samples(1e-4, 0.002)))
+    store.add_result(b_run, result("broke", None, status=Status.INCORRECT_NUMERICS))
+    cmp = compare(store, a_run, b_run, min_effect=0.5)  # the display floor does not change the gate
+    assert [c.impl for c in regressions(cmp, 0.03)] == ["five_pct", "broke"]
+    assert [c.impl for c in regressions(cmp, 0.06)] == ["broke"]
+
+
+@pytest.fixture
+def gated_store(tmp_path: Path) -> Path:
+    path = tmp_path / "gate.sqlite"
+    with Store.open(path) as store:
+        two_runs(store, {"square_triton_flat": (samples(1e-4, 0.002, seed=1), samples(1.05e-4, 0.002, seed=2)),
+                         "square_cuda_vec4": (samples(1e-4, 0.002, seed=3), samples(1e-4, 0.002, seed=4))})
+    return path
+
+
+def test_fail_if_slower_exits_1_on_a_regression_and_0_under_the_threshold(gated_store: Path):
+    base = ["compare", "latest-1", "latest", "--store", str(gated_store)]
+    failed = CliRunner().invoke(app, [*base, "--fail-if-slower", "3%"])
+    assert failed.exit_code == 1, failed.output
+    assert "regression: 1 case slower by more than 3.0%" in failed.output and "square_triton_flat" in failed.output
+    passed = CliRunner().invoke(app, [*base, "--fail-if-slower", "8"])
+    assert passed.exit_code == 0, passed.output
+    assert "no regression beyond 8.0%" in passed.output
+    bad = CliRunner().invoke(app, [*base, "--fail-if-slower", "fast"])
+    assert bad.exit_code == 2 and "give a percentage" in bad.output
+
+
+def test_compare_json_gives_the_comparison_and_the_gate(gated_store: Path):
+    out = CliRunner().invoke(app, ["compare", "latest-1", "latest", "--store", str(gated_store), "--json",
+                                   "--fail-if-slower", "3%"])
+    assert out.exit_code == 1
+    doc = json.loads(out.stdout)
+    rows = {c["impl"]: c for c in doc["changes"]}
+    assert rows["square_triton_flat"]["verdict"] == "slower" and rows["square_cuda_vec4"]["verdict"] == "same"
+    assert rows["square_triton_flat"]["change"] == pytest.approx(0.05, abs=0.005)
+    assert rows["square_triton_flat"]["floor"] == 0.02 and rows["square_triton_flat"]["ratio"]["high"] < 1
+    assert doc["gate"] == {"fail_if_slower": 0.03, "regressions": ["square/square_triton_flat/64x64/float32"],
+                           "passed": False}
+
+
+def test_the_table_says_same_within_noise_shows_the_floor_and_fits_120_columns(gated_store: Path):
+    out = CliRunner().invoke(app, ["compare", "latest-1", "latest", "--store", str(gated_store)])
+    assert out.exit_code == 0, out.output
+    assert "same (within noise)" in out.output and "noise floor (2.0% default (cuda)" in out.output
+    assert_fits(out.output)
+
+
+TABLE_EDGES = tuple("┏┃┡│├└┗┣╭╰")
+
+
+def assert_fits(text: str, width: int = 120) -> None:
+    """The tables in ``text`` (printed on a page wider than they are) fit ``width`` columns, no cell cut short."""
+    rows = [line for line in text.splitlines() if line.startswith(TABLE_EDGES)]
+    assert rows, text
+    assert max(len(line) for line in rows) <= width, "\n".join(r for r in rows if len(r) > width)
+    assert not any("…" in line for line in rows), text
+
+
+def test_runs_say_what_a_run_came_to(tmp_path: Path):
+    from kernelkit.report.runs_table import runs_table
+
+    with Store.open(tmp_path / "r.sqlite") as store:
+        for statuses, finish in (([Status.PASSED] * 3, "finished"), ([Status.PASSED, Status.TIMEOUT,
+                                 Status.SKIPPED], "finished"), ([Status.TIMEOUT] * 2, "finished"),
+                                 ([Status.PASSED], None), ([Status.PASSED], "interrupted")):
+            run = store.begin_run("kk", {}, device="cpu")
+            for i, status in enumerate(statuses):
+                store.add_result(run, result(f"i{i}", None if status.failed else samples(1e-4, 0.01), status=status))
+            if finish:
+                store.finish_run(run, finish)
+        console = Console(file=io.StringIO(), width=200)
+        console.print(runs_table(list(reversed(store.runs())), store.path))
+    text = console.file.getvalue()
+    order = ["finished ", "finished with failures", "(1 of 3)", "failed (all 2)", "incomplete", "interrupted"]
+    positions = [text.find(word) for word in order]
+    assert all(p >= 0 for p in positions) and positions == sorted(positions), text
+
+
+def test_bench_repeat_runs_the_sweep_n_times_and_stores_the_spread_with_the_last(monkeypatch, tmp_path: Path):
+    from kernelkit.jobs import repeat
+    from kernelkit.jobs.bench import SweepReport
+
+    medians = iter([1.00e-4, 1.06e-4, 1.03e-4])
+    calls = []
+
+    def fake_bench_op(target, *, store=None, on_result=None, **options):
+        calls.append(store)
+        report = SweepReport(device="cpu", mode="hot")
+        run = store.begin_run("kk bench", {}, device="cpu") if store is not None else None
+        for r in (result("timed", [next(medians)] * 5, device="cpu"), result("broken", None, device="cpu",
+                                                                               status=Status.RUNTIME_ERROR)):
+            report.results.append(r)
+            if store is not None:
+                store.add_result(run, r)
+            if on_result is not None:
+                on_result(r)
+        if store is not None:
+            store.finish_run(run)
+        return report
+
+    monkeypatch.setattr(repeat, "bench_op", fake_bench_op)
+    with Store.open(tmp_path / "r.sqlite") as store:
+        report = repeat.bench_repeated("square", 3, store=store, mode="hot")
+        stored = store.results("latest")
+        assert len(store.runs()) == 1  # only the last run is stored
+    assert calls[:2] == [None, None] and calls[2] is not None
+    timed = report.results[0]
+    assert timed.details["run_medians"] == [1.00e-4, 1.06e-4, 1.03e-4]
+    assert timed.details[SPREAD_KEY] == pytest.approx(0.06 / 1.03)
+    assert stored[0].details[SPREAD_KEY] == pytest.approx(0.06 / 1.03)
+    assert SPREAD_KEY not in report.results[1].details  # not timed: no spread
+    with pytest.raises(Exception, match="--repeat must be at least 1"):
+        repeat.bench_repeated("square", 0)
