@@ -65,7 +65,8 @@ def bench_command(
     rse: Annotated[float, typer.Option(help="Stop when the median's relative standard error is under this.")] = 0.005,
     baselines: Annotated[bool, typer.Option(help="Time eager PyTorch and torch.compile alongside.")] = True,
     strict: Annotated[bool | None, typer.Option("--strict/--no-strict", help="Strict mode (README: Strict mode); "
-                                                "default: on when the run is stored or written with --json/--csv.")]
+                                                "default: on when the run is stored or written with --json/--csv "
+                                                "(not with --gpus or --ray).")]
     = None,
     timeout: Annotated[float, typer.Option(help="Seconds before a correctness check is killed.")] = 60.0,
     gpus: GpusOpt = None,
@@ -108,7 +109,8 @@ def bench_command(
             task = bar.add_task("benchmarking", total=None)
 
             # Strict by default when the run may become a comparison's baseline (stored) or a submission (exported).
-            exported = not no_store or json_path is not None or csv_path is not None
+            # A run spread over GPUs or Ray is not strict unless asked (strict mode times on one worker).
+            exported = (not no_store or json_path is not None or csv_path is not None) and not gpus and not ray
 
             def advance(result: BenchResult) -> None:
                 bar.update(task, advance=1, description=f"{result.impl} {'x'.join(map(str, result.size))} "

@@ -287,7 +287,8 @@ def bench_op(
     group, not the sweep. gpus ('all', 2, '0,1'): the groups spread over one worker per GPU; ray ('auto', 'local',
     an address): over a Ray cluster's GPUs (see kernelkit.scale); each result then records its GPU.
     strict: strict mode (README "Strict mode"; jobs/strict_bench.py); default: on when the run is stored (``store``),
-    since a stored run may become a comparison's baseline.
+    since a stored run may become a comparison's baseline, unless it is spread over GPUs or a Ray cluster (strict
+    mode times on one worker; ask for it and it is refused there).
     """
     if strict is not False:
         from kernelkit.jobs.strict import seal_builtin_ops
@@ -300,7 +301,7 @@ def bench_op(
     report = SweepReport(device=dev, mode=mode)
     groups = plan_groups(source, ops, dev, impls, sizes, dtypes, baselines)
     spread = Spread.of(gpus, ray, dev)  # None: one worker in this process
-    strict = store is not None if strict is None else strict
+    strict = (store is not None and spread is None) if strict is None else strict
     if strict and spread is not None:
         from kernelkit.errors import SpecError
 
