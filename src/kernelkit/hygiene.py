@@ -78,7 +78,8 @@ def changes(before: Snapshot, after: Snapshot) -> list[str]:
     if len(changed_env) > 4:
         found.append(f"{len(changed_env) - 4} more environment variables")
     for name, value in after.switches.items():
-        if before.switches.get(name) != value:
+        # A switch that did not exist before (CUDA's, read once CUDA is initialised) is not a change.
+        if name in before.switches and before.switches[name] != value:
             found.append(f"{name}={value}")
     if after.threads > before.threads:
         found.append(f"{after.threads - before.threads} Python thread(s) still running")
@@ -86,7 +87,7 @@ def changes(before: Snapshot, after: Snapshot) -> list[str]:
         found.append(f"{(after.memory - before.memory) / 2**30:.1f} GiB more memory held")
     if after.gpu_memory - before.gpu_memory > GPU_GROWTH_LIMIT:
         found.append(f"{(after.gpu_memory - before.gpu_memory) / 2**30:.1f} GiB more GPU memory held")
-    left = [p for p in after.children if p not in before.children]
+    left = [p for p in after.children if p not in before.children and not _library_pool(p)]
     if left:
         found.append(f"{len(left)} process(es) it started still running")
     return found
@@ -150,6 +151,20 @@ def _children() -> list[int] | None:
         except (OSError, IndexError):
             continue
     return alive
+
+
+# Processes a library starts once and keeps for every later call: inductor's compile workers (torch.compile
+# starts this pool on its first compile on a machine with several cores). They are torch's, not the case's.
+LIBRARY_POOLS = (b"compile_worker",)
+
+
+def _library_pool(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            cmdline = f.read()
+    except OSError:
+        return False
+    return any(mark in cmdline for mark in LIBRARY_POOLS)
 
 
 def kill_group(pid: int) -> None:

@@ -321,6 +321,8 @@ def _worker_main(conn: multiprocessing.connection.Connection, device: str, log_p
     _redirect_output(log_path)
     faulthandler.enable()  # a segfault prints the Python stack (the user's line) into the log
     backends.prepare_process(device)
+    if device == "cuda":
+        torch.cuda.init()  # once, before the first job: each job's before and after snapshots then see CUDA alike
     _limit_memory(device)
     conn.send("ready")
     while True:
