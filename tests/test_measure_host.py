@@ -283,6 +283,19 @@ def test_an_ops_compute_dtype_picks_the_matmul_rate_its_flops_compare_with():
     assert ceiling_for(10**9, 10**12, 1e-3, "bfloat16", ceilings, compute_dtype="fp8").pct_flops is None
 
 
+def test_a_2_4_sparse_matmul_compares_with_twice_the_dense_rate():
+    # linear24 counts its FLOPs dense (2MNK); on the 2:4 tensor cores that is twice the dense rate, so its 1.4x
+    # over cuBLAS must not read as 130% of the dense ceiling (SUSPECT, a failure in strict mode).
+    from kernelkit.ops.sparse24 import linear24
+
+    assert linear24.compute_dtype == "sparse24"
+    ceilings = h100()
+    dense = ceilings.matmul_tflops["fp16"]
+    sparse = ceiling_for(10**9, int(1.3 * dense * 10**9), 1e-3, "float16", ceilings, compute_dtype="sparse24")
+    assert (sparse.flops_kind, sparse.tflops, sparse.pct_flops) == ("fp16 2:4", 2 * dense, pytest.approx(65.0))
+    assert not sparse.suspect
+
+
 def test_compute_dtype_must_name_a_calibrated_matmul_rate():
     import kernelkit as kk
     from kernelkit.errors import SpecError

@@ -143,7 +143,8 @@ class Op:
     description: str = ""
     backward: Backward | None = None
     # The matmul rate a case's FLOPs compare with, when not the case dtype's own (measure.ceilings.MATMUL_KINDS):
-    # "fp8" for fp8 operands with a bfloat16 output dtype, "tf32" for float32 cases run on TF32 tensor cores.
+    # "fp8" for fp8 operands with a bfloat16 output dtype, "tf32" for float32 cases run on TF32 tensor cores,
+    # "sparse24" for 2:4-sparse matmuls (twice the case dtype's dense rate).
     compute_dtype: str = ""
 
     def set_backward(self, op: Op, saved: Callable[..., tuple[Any, ...]]) -> None:
@@ -317,10 +318,10 @@ def op(
     def build(fn: Callable[..., Any]) -> Op:
         if not sizes:
             raise SpecError(f"op {fn.__name__!r} needs at least one size")
-        from kernelkit.measure.ceilings import MATMUL_KINDS  # late: the ceilings are not needed to declare an op
+        from kernelkit.measure.ceilings import COMPUTE_KINDS  # late: the ceilings are not needed to declare an op
 
-        if compute_dtype and compute_dtype not in MATMUL_KINDS:
-            raise SpecError(f"op {fn.__name__!r}: compute_dtype {compute_dtype!r} is not one of {MATMUL_KINDS}")
+        if compute_dtype and compute_dtype not in COMPUTE_KINDS:
+            raise SpecError(f"op {fn.__name__!r}: compute_dtype {compute_dtype!r} is not one of {COMPUTE_KINDS}")
         gpu_sizes = [_as_size(s) for s in sizes]
         small = [_as_size(s) for s in cpu_sizes] if cpu_sizes else _shrink(gpu_sizes)
         doc = inspect.getdoc(fn) or ""

@@ -157,7 +157,8 @@ class StrictBenchJob:
                 result.status, result.message = Status.RUNTIME_ERROR, describe_exception(m.error)
                 continue
             if ceilings is not None:
-                m.ceiling = device_ceilings.ceiling_for(nbytes, flops, m.median, self.dtype, ceilings)
+                m.ceiling = device_ceilings.ceiling_for(nbytes, flops, m.median, self.dtype, ceilings,
+                                                        compute_dtype=op.compute_dtype)
             result.measurement = m
             outcome.rechecks[result.impl] = rotation.packed(device)
         outcome.tampered = SEAL.tampered()

@@ -43,6 +43,10 @@ GPU_MATMUL_N = 8192  # 1.1 TFLOP per call: long enough to reach the steady-state
 CPU_COPY_BYTES = 256 << 20  # 8x a 32 MiB L3
 CPU_MATMUL_N = 2048
 MATMUL_KINDS = ("fp32", "tf32", "bf16", "fp16", "fp8")
+# What an op's compute_dtype may name: a matmul kind, or "sparse24" — the case dtype's rate on 2:4-sparse tensor
+# cores, twice the dense rate (a 2:4 matmul's FLOPs are counted dense, 2MNK, so the dense ceiling would read >100%).
+SPARSE24 = "sparse24"
+COMPUTE_KINDS = (*MATMUL_KINDS, SPARSE24)
 MATMUL_DTYPES = {"fp32": torch.float32, "tf32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 DTYPE_KINDS = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16", "float8_e4m3fn": "fp8"}
 
@@ -119,7 +123,10 @@ def ceiling_for(result_bytes: int | None, result_flops: int | None, seconds: flo
     if result_bytes and ceilings.copy_gbps > 0:
         ceiling.bandwidth_gbps = ceilings.copy_gbps
         ceiling.pct_bandwidth = result_bytes / seconds / 1e9 / ceilings.copy_gbps * 100
-    rate = ceilings.flops_ceiling(compute_dtype or dtype) if result_flops else None
+    sparse = compute_dtype == SPARSE24
+    rate = ceilings.flops_ceiling(dtype if sparse else compute_dtype or dtype) if result_flops else None
+    if rate is not None and sparse:
+        rate = (f"{rate[0]} 2:4", 2 * rate[1])
     if rate is not None and rate[1] > 0:
         ceiling.flops_kind, ceiling.tflops = rate
         ceiling.pct_flops = result_flops / seconds / 1e12 / rate[1] * 100
