@@ -50,8 +50,16 @@ def test_runs_lists_both_and_compare_matches_cases(two_runs):
     assert compared.exit_code == 0, compared.output
     changes = json.loads(compared.stdout)["changes"]
     assert {c["case"] for c in changes} >= {"double/eager_add/64x64/float32", "double/eager/64x64/float32"}
-    # A/A: the same code twice; run-to-run drift stays under the CPU's noise floor, so no case is faster or slower.
-    assert {(c["verdict"], c["floor_from"]) for c in changes} == {("same", "default (cpu)")}, changes
+    # Every case is judged against the CPU's default noise floor. Whether real 2-5 µs CPU timings of two runs on a
+    # shared 2-core machine drift past it is the machine's business (the A/A rule itself is pinned with controlled
+    # drift in test_compare_noise.py); what must hold here is the floor's source and the verdict words.
+    assert {c["floor_from"] for c in changes} == {"default (cpu)"}, changes
+    assert {c["verdict"] for c in changes} <= {"same", "faster", "slower"}, changes
+    # With a floor wider than this drift (99%), the same two runs are "same" everywhere: --min-effect reaches the rule.
+    wide = runner.invoke(app, ["compare", "latest-1", "latest", "--store", str(store), "--json",
+                               "--min-effect", "99%"])
+    assert wide.exit_code == 0, wide.output
+    assert {c["verdict"] for c in json.loads(wide.stdout)["changes"]} == {"same"}
 
 
 def test_a_wrong_impl_fails_the_exit_code_and_says_why(tmp_path):
