@@ -240,3 +240,11 @@ def test_bench_over_two_slots_stores_one_run_with_each_result_s_gpu(tmp_path):
     env = store.run(two.run_id).env
     assert set(env["gpus"]) == {"0", "1"} and env["gpus"]["1"]["device_name"].startswith("CPU")
     store.close()
+
+
+def test_strict_check_refuses_to_spread_instead_of_dropping_strict():
+    import kernelkit as kk
+    from kernelkit.errors import SpecError
+
+    with pytest.raises(SpecError, match="strict mode judges on one worker"):
+        kk.check("square", device="cpu", sizes=[(4,)], strict=True, ray="local")

@@ -106,6 +106,8 @@ def check(
     if gpus is not None or ray is not None:
         from kernelkit.scale import check_spread
 
+        if strict:
+            raise SpecError("strict mode judges on one worker: drop gpus=/ray=, or leave strict off")
         return check_spread(cases, dev, gpus=gpus, ray=ray, timeout=timeout, on_result=on_result)
     return run_cases(cases, dev, timeout=timeout, isolate=isolate, on_result=on_result, strict=strict)
 
