@@ -101,6 +101,32 @@ def _lane(words, scale, offset, LANE: tl.constexpr, BITS: tl.constexpr):
 
 
 @triton.jit
+def word_lanes(words, scale, offset, BITS: tl.constexpr):
+    """Each word's 32 // BITS codes as (q - z) s, made by ``_lane`` and stacked on a new last axis (tl.join)."""
+    if BITS == 8:
+        lanes = _join4(_lane(words, scale, offset, 0, BITS), _lane(words, scale, offset, 1, BITS),
+                       _lane(words, scale, offset, 2, BITS), _lane(words, scale, offset, 3, BITS))
+    elif BITS == 4:
+        lanes = _join8(_lane(words, scale, offset, 0, BITS), _lane(words, scale, offset, 1, BITS),
+                       _lane(words, scale, offset, 2, BITS), _lane(words, scale, offset, 3, BITS),
+                       _lane(words, scale, offset, 4, BITS), _lane(words, scale, offset, 5, BITS),
+                       _lane(words, scale, offset, 6, BITS), _lane(words, scale, offset, 7, BITS))
+    else:
+        lanes = _join16(_lane(words, scale, offset, 0, BITS), _lane(words, scale, offset, 1, BITS),
+                        _lane(words, scale, offset, 2, BITS), _lane(words, scale, offset, 3, BITS),
+                        _lane(words, scale, offset, 4, BITS), _lane(words, scale, offset, 5, BITS),
+                        _lane(words, scale, offset, 6, BITS), _lane(words, scale, offset, 7, BITS),
+                        _lane(words, scale, offset, 8, BITS), _lane(words, scale, offset, 9, BITS),
+                        _lane(words, scale, offset, 10, BITS),
+                        _lane(words, scale, offset, 11, BITS),
+                        _lane(words, scale, offset, 12, BITS),
+                        _lane(words, scale, offset, 13, BITS),
+                        _lane(words, scale, offset, 14, BITS),
+                        _lane(words, scale, offset, 15, BITS))
+    return lanes
+
+
+@triton.jit
 def _dequant_tile(w_ptr, s_ptr, z_ptr, safe_rows, kw0, K, KW, stride_wn, stride_sn,
                   BITS: tl.constexpr, GROUP_SIZE: tl.constexpr, HAS_ZEROS: tl.constexpr, EVEN_K: tl.constexpr,
                   SCALE: tl.constexpr, BLOCK_KW: tl.constexpr, CHUNK: tl.constexpr):
@@ -135,26 +161,7 @@ def _dequant_tile(w_ptr, s_ptr, z_ptr, safe_rows, kw0, K, KW, stride_wn, stride_
         zero = zero[:, None, None]
         scale = tl.full(zero.shape, 1.0, tl.float32)
     offset = -(1.0 + zero * (1.0 / (1 << BITS))) * scale
-    if BITS == 8:
-        lanes = _join4(_lane(words, scale, offset, 0, BITS), _lane(words, scale, offset, 1, BITS),
-                       _lane(words, scale, offset, 2, BITS), _lane(words, scale, offset, 3, BITS))
-    elif BITS == 4:
-        lanes = _join8(_lane(words, scale, offset, 0, BITS), _lane(words, scale, offset, 1, BITS),
-                       _lane(words, scale, offset, 2, BITS), _lane(words, scale, offset, 3, BITS),
-                       _lane(words, scale, offset, 4, BITS), _lane(words, scale, offset, 5, BITS),
-                       _lane(words, scale, offset, 6, BITS), _lane(words, scale, offset, 7, BITS))
-    else:
-        lanes = _join16(_lane(words, scale, offset, 0, BITS), _lane(words, scale, offset, 1, BITS),
-                        _lane(words, scale, offset, 2, BITS), _lane(words, scale, offset, 3, BITS),
-                        _lane(words, scale, offset, 4, BITS), _lane(words, scale, offset, 5, BITS),
-                        _lane(words, scale, offset, 6, BITS), _lane(words, scale, offset, 7, BITS),
-                        _lane(words, scale, offset, 8, BITS), _lane(words, scale, offset, 9, BITS),
-                        _lane(words, scale, offset, 10, BITS),
-                        _lane(words, scale, offset, 11, BITS),
-                        _lane(words, scale, offset, 12, BITS),
-                        _lane(words, scale, offset, 13, BITS),
-                        _lane(words, scale, offset, 14, BITS),
-                        _lane(words, scale, offset, 15, BITS))
+    lanes = word_lanes(words, scale, offset, BITS)
     return tl.reshape(lanes, (safe_rows.shape[0], BLOCK_KW * P))
 
 

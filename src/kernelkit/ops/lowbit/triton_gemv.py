@@ -14,7 +14,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from kernelkit.ops.lowbit.triton import _configs, _join4, _join8, _join16, _lane, _tuning_bench
+from kernelkit.ops.lowbit.triton import _configs, _tuning_bench, word_lanes
 
 
 def _zero_workspace(nargs: dict) -> None:
@@ -134,23 +134,7 @@ def lowbit_gemv_kernel(x_ptr, w_ptr, s_ptr, z_ptr, y_ptr, ws_ptr, N, K, KW, stri
             else:
                 zero = tl.full([BLOCK_N, BLOCK_KW], 1 << (BITS - 1), tl.int32)
             offset = -(1.0 + zero.to(tl.float32) * (1.0 / (1 << BITS))) * scale
-        if BITS == 8:
-            lanes = _join4(_lane(words, scale, offset, 0, BITS), _lane(words, scale, offset, 1, BITS),
-                           _lane(words, scale, offset, 2, BITS), _lane(words, scale, offset, 3, BITS))
-        elif BITS == 4:
-            lanes = _join8(_lane(words, scale, offset, 0, BITS), _lane(words, scale, offset, 1, BITS),
-                           _lane(words, scale, offset, 2, BITS), _lane(words, scale, offset, 3, BITS),
-                           _lane(words, scale, offset, 4, BITS), _lane(words, scale, offset, 5, BITS),
-                           _lane(words, scale, offset, 6, BITS), _lane(words, scale, offset, 7, BITS))
-        else:
-            lanes = _join16(_lane(words, scale, offset, 0, BITS), _lane(words, scale, offset, 1, BITS),
-                            _lane(words, scale, offset, 2, BITS), _lane(words, scale, offset, 3, BITS),
-                            _lane(words, scale, offset, 4, BITS), _lane(words, scale, offset, 5, BITS),
-                            _lane(words, scale, offset, 6, BITS), _lane(words, scale, offset, 7, BITS),
-                            _lane(words, scale, offset, 8, BITS), _lane(words, scale, offset, 9, BITS),
-                            _lane(words, scale, offset, 10, BITS), _lane(words, scale, offset, 11, BITS),
-                            _lane(words, scale, offset, 12, BITS), _lane(words, scale, offset, 13, BITS),
-                            _lane(words, scale, offset, 14, BITS), _lane(words, scale, offset, 15, BITS))
+        lanes = word_lanes(words, scale, offset, BITS)
         acc += tl.reshape(lanes, (BLOCK_N, BLOCK_KW * P)) * xv[None, :]
     y = tl.sum(acc, axis=1)
     if not PER_GROUP:
