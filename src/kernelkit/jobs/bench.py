@@ -32,7 +32,7 @@ from kernelkit.jobs import OnBuilt, caught_warnings, unique
 from kernelkit.jobs import strict as _strict  # noqa: F401 - imported with kernelkit: seals the harness first
 from kernelkit.jobs.check import CheckJob, judge, reference_outputs
 from kernelkit.measure import memory, timer
-from kernelkit.measure.measurement import BenchResult
+from kernelkit.measure.measurement import BenchResult, Measurement
 from kernelkit.measure.stats import speedup
 from kernelkit.measure.timer import Contender, MeasureFailure, Settings
 from kernelkit.results import CaseResult, Status
@@ -162,15 +162,8 @@ class BenchJob:
 
         measured = timer.bench_many([c for _, c, _ in entries], self.settings, device)
         for (result, contender, last), m in zip(entries, measured, strict=True):
-            if isinstance(m, MeasureFailure):
-                result.status, result.message = Status.RUNTIME_ERROR, describe_exception(m.error)
+            if not attach_timing(result, m, nbytes, flops, ceilings, op):
                 continue
-            if ceilings is not None:
-                from kernelkit.measure import ceilings as device_ceilings
-
-                m.ceiling = device_ceilings.ceiling_for(nbytes, flops, m.median, self.dtype, ceilings,
-                                                        compute_dtype=op.compute_dtype)
-            result.measurement = m
             verdict = _recheck(last[0], refs, los, atol, rtol)
             if verdict is not None:
                 result.status, result.message = verdict
@@ -230,6 +223,22 @@ def _recheck(
         return None
     wrong = " is wrong" if verdict.status is Status.INCORRECT_NUMERICS else ""
     return verdict.status, f"the last timed call's output{wrong}: {verdict.message}"
+
+
+def attach_timing(result: BenchResult, m: Measurement | MeasureFailure, nbytes: int | None, flops: int | None,
+                  ceilings: Any, op: Op) -> bool:
+    """Give ``result`` its timing with % of the device's ceilings (the op's compute_dtype decides the FLOP rate), or
+    RUNTIME_ERROR when the timing failed; False then."""
+    if isinstance(m, MeasureFailure):
+        result.status, result.message = Status.RUNTIME_ERROR, describe_exception(m.error)
+        return False
+    if ceilings is not None:
+        from kernelkit.measure import ceilings as device_ceilings
+
+        m.ceiling = device_ceilings.ceiling_for(nbytes, flops, m.median, result.dtype, ceilings,
+                                                compute_dtype=op.compute_dtype)
+    result.measurement = m
+    return True
 
 
 def _speedups(results: list[BenchResult]) -> None:

@@ -29,7 +29,7 @@ from kernelkit.jobs import check as check_module
 from kernelkit.jobs.strict import SEAL, StrictChecker, pack, unpack
 from kernelkit.measure import timer
 from kernelkit.measure.measurement import SUSPECT_PCT, BenchResult
-from kernelkit.measure.timer import Contender, MeasureFailure, Settings
+from kernelkit.measure.timer import Contender, Settings
 from kernelkit.results import Status
 from kernelkit.spec import BASELINES, Size, parse_dtype
 from kernelkit.target import load
@@ -126,8 +126,7 @@ class StrictBenchJob:
         return outcome
 
     def _execute(self, device: str, on_built: OnBuilt | None, notices: list[str]) -> StrictBenchOutcome:
-        from kernelkit.jobs.bench import _ceilings, _contender_impl
-        from kernelkit.measure import ceilings as device_ceilings
+        from kernelkit.jobs.bench import _ceilings, _contender_impl, attach_timing
 
         op = load(self.source)[self.op]
         sets = [unpack(s, device) for s in self.sets]
@@ -153,13 +152,8 @@ class StrictBenchJob:
             on_built()
         measured = timer.bench_many([c for _, c, _ in entries], self.settings, device)
         for (result, _, rotation), m in zip(entries, measured, strict=True):
-            if isinstance(m, MeasureFailure):
-                result.status, result.message = Status.RUNTIME_ERROR, describe_exception(m.error)
+            if not attach_timing(result, m, nbytes, flops, ceilings, op):
                 continue
-            if ceilings is not None:
-                m.ceiling = device_ceilings.ceiling_for(nbytes, flops, m.median, self.dtype, ceilings,
-                                                        compute_dtype=op.compute_dtype)
-            result.measurement = m
             outcome.rechecks[result.impl] = rotation.packed(device)
         outcome.tampered = SEAL.tampered()
         return outcome
