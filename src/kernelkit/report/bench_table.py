@@ -8,7 +8,7 @@ says plainly when the timings are CPU timings.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING
 
 from rich.markup import escape
@@ -80,12 +80,7 @@ def bench_table(results: Sequence[BenchResult], *, title: str = "", show_ci: boo
                          overflow="fold" if name in wrapping else "ellipsis", no_wrap=name not in wrapping,
                          max_width=wrapping.get(name, 48 if name == "message" else None))
     baselines = baseline_impls(results)
-    previous = None
-    for r in ordered_results(results, baselines):
-        group = (r.op, r.size, r.dtype)
-        if previous is not None and group != previous:
-            table.add_section()
-        previous = group
+    for r in sectioned(table, ordered_results(results, baselines)):
         m = r.measurement if r.measurement is not None and r.measurement.samples else None
         cells = [*([escape(r.op)] if show_op else []), _impl_cell(r.impl, r.impl in baselines),
                  "x".join(map(str, r.size)), r.dtype, *([str(r.gpu)] if show_gpu else []),
@@ -97,6 +92,17 @@ def bench_table(results: Sequence[BenchResult], *, title: str = "", show_ci: boo
                  escape(notes_text(m)), *([escape(_first_line(r.message))] if show_message else [])]
         table.add_row(*cells)
     return table
+
+
+def sectioned(table: Table, results: Sequence[BenchResult]) -> Iterator[BenchResult]:
+    """``results`` in turn, with a section line added to ``table`` where a new (op, size, dtype) group begins."""
+    previous = None
+    for r in results:
+        group = (r.op, r.size, r.dtype)
+        if previous is not None and group != previous:
+            table.add_section()
+        previous = group
+        yield r
 
 
 def compact_table(results: Sequence[BenchResult], *, title: str = "") -> Table:
@@ -114,12 +120,7 @@ def compact_table(results: Sequence[BenchResult], *, title: str = "") -> Table:
         table.add_column(name, justify="left" if name in ("op", "impl", "size", "dtype") else "right",
                          overflow="fold")
     baselines = baseline_impls(results)
-    previous = None
-    for r in ordered_results(results, baselines):
-        group = (r.op, r.size, r.dtype)
-        if previous is not None and group != previous:
-            table.add_section()
-        previous = group
+    for r in sectioned(table, ordered_results(results, baselines)):
         m = r.measurement if r.measurement is not None and r.measurement.samples else None
         median, spread, _ = _timing_cells(m)
         timed = m is not None  # a SUSPECT row was timed: its median shows, the ceiling column says SUSPECT
