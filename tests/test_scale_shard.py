@@ -9,6 +9,7 @@ import multiprocessing
 import os
 import signal
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -98,10 +99,14 @@ def test_gpus_and_ray_together_are_refused():
 
 class InProcessWorker:
     """runner.Worker's interface, running each job here: the scheduler's logic without process start-ups.
-    ``crash_on`` (slot index -> job number) makes that job CRASHED; ``sick`` slots then fail the probe."""
+    ``crash_on`` (slot index -> job number) makes that job CRASHED; ``sick`` slots then fail the probe;
+    ``wait_for`` (a slot index) holds every other slot's first job until that slot has taken one, so a test that
+    needs a slot to work does not depend on how the threads happen to be scheduled."""
 
     crash_on: dict[int, int] = {}
     sick: set[int] = set()
+    wait_for: int | None = None
+    started: threading.Event = threading.Event()
 
     def __init__(self, device, log_path, env=None):
         self.device, self.env, self.process, self.jobs = device, dict(env or {}), None, 0
@@ -109,6 +114,10 @@ class InProcessWorker:
 
     def run(self, job, timeout, limit=""):
         self.jobs += 1
+        if self.slot == self.wait_for:
+            self.started.set()
+        elif self.wait_for is not None and self.jobs == 1:
+            assert self.started.wait(30), f"slot {self.wait_for} never took a job"
         if isinstance(job, shard.ProbeJob) and self.slot in self.sick:
             return job.failed(self.device, Status.CRASHED, "the device is gone")
         if self.crash_on.get(self.slot) == self.jobs:
@@ -124,6 +133,8 @@ def in_process(monkeypatch, cpu_process):
     monkeypatch.setattr(shard.runner, "Worker", InProcessWorker)
     monkeypatch.setattr(InProcessWorker, "crash_on", {})
     monkeypatch.setattr(InProcessWorker, "sick", set())
+    monkeypatch.setattr(InProcessWorker, "wait_for", None)
+    monkeypatch.setattr(InProcessWorker, "started", threading.Event())
     target = open_target(OPS, "cpu")
     return target.cases(impls=["eager_add"])
 
@@ -140,8 +151,6 @@ def test_the_costliest_group_starts_first():
     small.cases = [kk.Case(OPS, "twice", "eager_add", (8, 8), "float32", 0)]
     big.cases = [kk.Case(OPS, "twice", "eager_add", (32, 32), "float32", 0)]
     queue = shard._Queue([small, big])
-    import threading
-
     assert queue.take(threading.Event()) is big
 
 
@@ -155,7 +164,7 @@ def test_merged_results_equal_one_slot_s_and_groups_stay_on_one_slot(in_process)
 
 
 def test_a_crash_costs_its_case_only_and_a_healthy_slot_goes_on(in_process):
-    InProcessWorker.crash_on = {1: 1}
+    InProcessWorker.crash_on, InProcessWorker.wait_for = {1: 1}, 1
     two, failures = _spread(in_process, TWO)
     assert not failures and len(two) == len(in_process)
     crashed = [r for r in two if r.status is Status.CRASHED]

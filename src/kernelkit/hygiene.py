@@ -32,7 +32,7 @@ class Snapshot:
     cwd: str
     env: dict[str, str]
     switches: dict[str, Any]
-    threads: int
+    threads: dict[int, str]  # ident -> name, of the threads not started by a library (library_thread)
     memory: int
     gpu_memory: int
     children: list[int] = field(default_factory=list)
@@ -60,8 +60,8 @@ def snapshot(device: str) -> Snapshot:
         switches["tf32 matmul"] = torch.backends.cuda.matmul.allow_tf32
         switches["cuda device"] = torch.cuda.current_device()
         gpu = torch.cuda.memory_allocated()
-    return Snapshot(cwd, dict(os.environ), switches, threading.active_count(), resident_bytes(), gpu,
-                    group_members())
+    threads = {t.ident or 0: t.name for t in threading.enumerate() if not library_thread(t)}
+    return Snapshot(cwd, dict(os.environ), switches, threads, resident_bytes(), gpu, group_members())
 
 
 def changes(before: Snapshot, after: Snapshot) -> list[str]:
@@ -81,8 +81,10 @@ def changes(before: Snapshot, after: Snapshot) -> list[str]:
         # A switch that did not exist before (CUDA's, read once CUDA is initialised) is not a change.
         if name in before.switches and before.switches[name] != value:
             found.append(f"{name}={value}")
-    if after.threads > before.threads:
-        found.append(f"{after.threads - before.threads} Python thread(s) still running")
+    new = [name for ident, name in after.threads.items() if ident not in before.threads]
+    if new:
+        shown = ", ".join(new[:3]) + (f" and {len(new) - 3} more" if len(new) > 3 else "")
+        found.append(f"{len(new)} Python thread(s) still running ({shown})")
     if after.memory - before.memory > RSS_GROWTH_LIMIT:
         found.append(f"{(after.memory - before.memory) / 2**30:.1f} GiB more memory held")
     if after.gpu_memory - before.gpu_memory > GPU_GROWTH_LIMIT:
@@ -91,6 +93,24 @@ def changes(before: Snapshot, after: Snapshot) -> list[str]:
     if left:
         found.append(f"{len(left)} process(es) it started still running")
     return found
+
+
+# Modules whose threads are a library's own, started once and kept for every later call: inductor's compile pool
+# (its reader thread "InductorSubproc" and its idle timer), tqdm's monitor (which inductor's autotuning starts), the
+# profiler's CUPTI monitor. Seen on an H200 (2026-11-26): the first torch.compile in a GPU worker left
+# InductorSubproc and tqdm_monitor running, and every bench group replaced its worker. Like LIBRARY_POOLS, they are
+# the library's, not the case's; a thread whose target or class is the user's own code is still a change.
+LIBRARY_THREAD_MODULES = ("torch.", "triton.", "numba.", "tqdm.", "kernelkit.")
+
+
+def library_thread(thread: threading.Thread) -> bool:
+    """True for the main thread, a thread Python made for native code (``_DummyThread``: a profiler's or a CUDA
+    callback's), and a thread whose target lives in a library (LIBRARY_THREAD_MODULES)."""
+    if thread is threading.main_thread() or isinstance(thread, threading._DummyThread):
+        return True
+    target = getattr(thread, "_target", None)
+    owner = getattr(target, "__module__", None) if target is not None else type(thread).__module__
+    return (owner or "").startswith(LIBRARY_THREAD_MODULES)
 
 
 def resident_bytes() -> int:

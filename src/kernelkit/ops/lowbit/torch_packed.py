@@ -103,6 +103,11 @@ def int8pack_mm(x: torch.Tensor, packed: torch.Tensor, scales: torch.Tensor, zer
     if shape.k % 8:
         # PyTorch 2.13's CPU kernel reads past the end of such rows (wrong results, then a segfault).
         raise BackendUnavailable(f"_weight_int8pack_mm is used with K a multiple of 8 only; got K={shape.k}")
+    if x.device.type == "cpu" and x.dtype == torch.bfloat16 and shape.k % 16:
+        # PyTorch 2.13's CPU kernel in bfloat16 is wrong for K = 8 mod 16 (seen on an AMD EPYC with AVX-512: 24% error
+        # at K=104; every K a multiple of 16 from 16 to 288 was right).
+        raise BackendUnavailable(f"_weight_int8pack_mm on the CPU in bfloat16 is used with K a multiple of 16 only; "
+                                 f"got K={shape.k}")
     weight, channel_scales = cached(f"int8 {x.dtype}", (packed, scales), lambda: (
         (packing.unpack(packed, 8, shape.k) - 128).to(torch.int8), scales[:, 0].to(x.dtype).contiguous()))
     return torch._weight_int8pack_mm(x, weight, channel_scales)
