@@ -28,3 +28,40 @@ def test_a_process_the_case_left_running_is_a_change_but_inductors_compile_pool_
         for p in (pool, stray):
             p.kill()
             p.wait()
+
+
+def test_a_thread_the_case_left_is_a_change_named_but_a_librarys_own_thread_is_not():
+    # Seen on an H200: torch.compile's first compile in a GPU worker leaves inductor's reader thread and tqdm's
+    # monitor running; they serve every later compile, so they must not cost the worker. A user's thread must.
+    import threading
+
+    stop = threading.Event()
+
+    class Monitor(threading.Thread):  # a library's thread class, as tqdm's TMonitor is
+        def run(self):
+            stop.wait(30)
+
+    Monitor.__module__ = "tqdm._monitor"
+
+    def reader():  # a library's thread target, as inductor's compile pool reader is
+        stop.wait(30)
+
+    reader.__module__ = "torch._inductor.compile_worker.subproc_pool"
+
+    def users_own():
+        stop.wait(30)
+
+    before = hygiene.snapshot("cpu")
+    library = [Monitor(name="tqdm_monitor"), threading.Thread(target=reader, name="InductorSubproc")]
+    mine = threading.Thread(target=users_own, name="left-behind")
+    try:
+        for t in library:
+            t.start()
+        assert hygiene.changes(before, hygiene.snapshot("cpu")) == []
+        mine.start()
+        assert hygiene.changes(before, hygiene.snapshot("cpu")) == ["1 Python thread(s) still running (left-behind)"]
+    finally:
+        stop.set()
+        for t in (*library, mine):
+            if t.is_alive():
+                t.join(5)
