@@ -65,3 +65,23 @@ def test_a_thread_the_case_left_is_a_change_named_but_a_librarys_own_thread_is_n
         for t in (*library, mine):
             if t.is_alive():
                 t.join(5)
+
+
+def test_an_idle_thread_pool_is_not_a_change_but_one_still_working_is():
+    # Inductor keeps a ThreadPoolExecutor for its compiles: idle between calls, it cannot touch the next case.
+    import threading
+    import time
+    from concurrent.futures import ThreadPoolExecutor
+
+    before = hygiene.snapshot("cpu")
+    release = threading.Event()
+    with ThreadPoolExecutor(1, thread_name_prefix="pool") as pool:
+        pool.submit(time.sleep, 0).result()
+        deadline = time.monotonic() + 5  # the worker goes back to its queue just after the task's result is set
+        while hygiene.changes(before, hygiene.snapshot("cpu")) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert hygiene.changes(before, hygiene.snapshot("cpu")) == []
+        pool.submit(release.wait, 10)
+        time.sleep(0.05)
+        assert hygiene.changes(before, hygiene.snapshot("cpu")) == ["1 Python thread(s) still running (pool_0)"]
+        release.set()

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 import threading
 from dataclasses import dataclass, field
 from typing import Any
@@ -105,12 +106,25 @@ LIBRARY_THREAD_MODULES = ("torch.", "triton.", "numba.", "tqdm.", "kernelkit.")
 
 def library_thread(thread: threading.Thread) -> bool:
     """True for the main thread, a thread Python made for native code (``_DummyThread``: a profiler's or a CUDA
-    callback's), and a thread whose target lives in a library (LIBRARY_THREAD_MODULES)."""
+    callback's), a thread whose target lives in a library (LIBRARY_THREAD_MODULES), and an idle worker of a thread
+    pool (``idle_pool_thread``)."""
     if thread is threading.main_thread() or isinstance(thread, threading._DummyThread):
         return True
     target = getattr(thread, "_target", None)
     owner = getattr(target, "__module__", None) if target is not None else type(thread).__module__
-    return (owner or "").startswith(LIBRARY_THREAD_MODULES)
+    return (owner or "").startswith(LIBRARY_THREAD_MODULES) or idle_pool_thread(thread)
+
+
+def idle_pool_thread(thread: threading.Thread) -> bool:
+    """A ThreadPoolExecutor's worker waiting for work: it runs nothing until the pool is given a task. Inductor keeps
+    one for its compiles (seen on a 2-core CPU with an empty cache: every bench group replaced its worker for
+    ThreadPoolExecutor-1_0). A pool thread still running a task is busy, and a change."""
+    target = getattr(thread, "_target", None)
+    if getattr(target, "__module__", None) != "concurrent.futures.thread" or thread.ident is None:
+        return False
+    frame = sys._current_frames().get(thread.ident)
+    # Waiting, the innermost Python frame is the pool's own loop, blocked in its queue's get (C code).
+    return frame is not None and frame.f_code is getattr(target, "__code__", None)
 
 
 def resident_bytes() -> int:

@@ -29,9 +29,11 @@ from typing import TYPE_CHECKING
 import torch
 
 from kernelkit import backends, hygiene
+from kernelkit.backends import early
 from kernelkit.errors import SpecError, describe_exception
-from kernelkit.jobs import Job, JobResult
+from kernelkit.jobs import Job, JobResult, progress
 from kernelkit.jobs.check import CheckJob
+from kernelkit.measure.host import cpu_threads
 from kernelkit.results import CaseResult, Status
 from kernelkit.spec import Case, Size
 from kernelkit.target import open_target
@@ -50,7 +52,9 @@ LOG_READ_BYTES = 4 * LOG_TAIL_CHARS  # the most of a worker's log ever read: its
 MAX_MEMORY_ENV = "KERNELKIT_MAX_MEMORY"  # bytes a worker may hold (--max-memory); workers read it when they start
 
 OnResult = Callable[[CaseResult], None]
+OnPhase = Callable[[str], None]
 _BUILT = "built"  # the worker's message between a case's build and its run
+_PHASE = "phase:"  # the worker's news of what the job does now (jobs.progress), never a result
 
 
 @dataclass
@@ -89,6 +93,8 @@ def check(
     ray: str | None = None,
     solution: str | None = None,
     strict: bool = False,
+    on_phase: OnPhase | None = None,
+    on_plan: Callable[[int], None] | None = None,
 ) -> RunReport:
     """Check every case of ``target`` (a built-in op name, a .py file, a KernelBench problem or level folder, a
     GPU MODE task folder; ``solution``: see target.open_target) against its reference.
@@ -97,19 +103,24 @@ def check(
     gpus ('all', 2, '0,1'): the cases spread over one worker per GPU; ray ('auto', 'local', an address): over a
     Ray cluster's GPUs (see kernelkit.scale). Each result then records the GPU that ran it.
     strict: strict mode (README "Strict mode"; jobs/strict.py): references judged here, the impl watched there.
+    on_phase: told what the worker does now ("square: cuda_vec4: building its kernels"), for progress; on_plan:
+    told once, before anything runs, how many cases there are.
     """
     if strict:
         from kernelkit.jobs.strict import seal_builtin_ops
 
         seal_builtin_ops()  # before the target's file is imported: it may change a built-in op
+    if strict and (gpus is not None or ray is not None):
+        raise SpecError("strict mode judges on one worker: drop gpus=/ray= (--gpus/--ray), or leave strict off")
     dev, cases = plan(target, impls=impls, device=device, sizes=sizes, dtypes=dtypes, seeds=seeds, solution=solution)
+    if on_plan is not None:
+        on_plan(len(cases))
     if gpus is not None or ray is not None:
         from kernelkit.scale import check_spread
 
-        if strict:
-            raise SpecError("strict mode judges on one worker: drop gpus=/ray=, or leave strict off")
         return check_spread(cases, dev, gpus=gpus, ray=ray, timeout=timeout, on_result=on_result)
-    return run_cases(cases, dev, timeout=timeout, isolate=isolate, on_result=on_result, strict=strict)
+    return run_cases(cases, dev, timeout=timeout, isolate=isolate, on_result=on_result, strict=strict,
+                     on_phase=on_phase)
 
 
 def run_cases(
@@ -120,16 +131,26 @@ def run_cases(
     isolate: bool = True,
     on_result: OnResult | None = None,
     strict: bool = False,
+    on_phase: OnPhase | None = None,
 ) -> RunReport:
     """Run ``cases`` one after another; Ctrl-C stops cleanly and returns what finished. ``strict``: each case
-    in strict mode (jobs/strict.py), its reference computed and judged in this process."""
+    in strict mode (jobs/strict.py), its reference computed and judged in this process.
+
+    Kernels that are slow to build the first time (backends/early.py) are built in a separate process meanwhile,
+    and the cases that need them run last, so the build overlaps the others; results come back in plan order."""
     check_timeout(timeout)
     report = RunReport(device=device, planned=len(cases))
-    with tempfile.TemporaryDirectory(prefix="kernelkit-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="kernelkit-") as tmp, early.started(cases if isolate else (), device) as \
+            building:
         worker = Worker(device, Path(tmp) / "worker.log") if isolate else None
         strict_checker = _strict_checker(device, worker, timeout) if strict else None
+        waiting = set(building)
+        order = sorted(range(len(cases)), key=lambda n: (cases[n].source, cases[n].op, cases[n].impl) in waiting)
         try:
-            for case in cases:
+            for n in order:
+                case = cases[n]
+                if worker is not None and on_phase is not None:
+                    worker.on_phase = lambda text, case=case: on_phase(f"{case.op}: {text}")
                 job = CheckJob(case)
                 if strict_checker is not None:
                     result = strict_checker.check(case)
@@ -143,6 +164,8 @@ def run_cases(
         finally:
             if worker:
                 worker.stop()
+    ran = [order[k] for k in range(len(report.results))]
+    report.results = [r for _, r in sorted(zip(ran, report.results, strict=True), key=lambda pair: pair[0])]
     return report
 
 
@@ -171,10 +194,12 @@ class Worker:
     """One spawned worker process at a time (in its own session), replaced whenever it dies, hangs, loses its CUDA
     context or is left changed by a job (``replaced`` counts the replacements)."""
 
-    def __init__(self, device: str, log_path: Path, env: Mapping[str, str] | None = None) -> None:
+    def __init__(self, device: str, log_path: Path, env: Mapping[str, str] | None = None,
+                 on_phase: OnPhase | None = None) -> None:
         self.device = device
         self.log_path = log_path
         self.env = dict(env or {})  # set in the worker before it touches the device (CUDA_VISIBLE_DEVICES)
+        self.on_phase = on_phase  # told what the worker does now: starting, building, timing (jobs.progress)
         self.process: multiprocessing.process.BaseProcess | None = None
         self.conn: multiprocessing.connection.Connection | None = None
 
@@ -221,12 +246,18 @@ class Worker:
         holds its pipe and its sentinel open after it died.
         """
         assert self.conn is not None and self.process is not None
-        ready = self._wait(seconds)
-        if ready and self.conn.poll():
+        deadline = time.monotonic() + seconds
+        while True:
+            ready = self._wait(deadline - time.monotonic())
+            if not (ready and self.conn.poll()):
+                break
             try:
-                return self.conn.recv()
+                message = self.conn.recv()
             except (EOFError, OSError):
-                pass
+                break
+            if not (isinstance(message, str) and message.startswith(_PHASE)):
+                return message
+            self._phase(message[len(_PHASE):])
         if ready:
             message = self._death_message()
             self._discard()
@@ -250,7 +281,12 @@ class Worker:
             if left <= 0:
                 return False
 
+    def _phase(self, text: str) -> None:
+        if self.on_phase is not None:
+            self.on_phase(text)
+
     def _start(self) -> str:
+        self._phase("starting a worker (importing torch" + (", starting CUDA)" if self.device == "cuda" else ")"))
         ctx = multiprocessing.get_context("spawn")
         parent, child = ctx.Pipe()
         self.process = ctx.Process(target=_worker_main, args=(child, self.device, str(self.log_path), self.env),
@@ -322,9 +358,12 @@ def _worker_main(conn: multiprocessing.connection.Connection, device: str, log_p
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
     _redirect_output(log_path)
     faulthandler.enable()  # a segfault prints the Python stack (the user's line) into the log
+    progress.install(lambda text: conn.send(_PHASE + text))
     backends.prepare_process(device)
     if device == "cuda":
         torch.cuda.init()  # once, before the first job: each job's before and after snapshots then see CUDA alike
+    else:
+        torch.set_num_threads(cpu_threads())  # CPU timings: one thread unless --threads (measure/host.py says why)
     _limit_memory(device)
     conn.send("ready")
     while True:

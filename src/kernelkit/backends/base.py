@@ -8,6 +8,7 @@ backend is a method here, so no code outside ``kernelkit.backends`` asks which b
 - ``runs_on`` and ``ensure_runnable``: whether an impl can run here, else why not (SKIPPED) or how it failed to
   build (COMPILE_ERROR);
 - ``build_state`` / ``build_details``: what a call built (autotuning, torch.compile time), kept with each case;
+- ``early_builds``: the impl's kernels whose first build is slow enough to start before the run needs them;
 - ``is_compile_error``: which of the DSL's own exceptions are compiler errors;
 - ``asm``: the kernels an impl launches, compiled for a GPU target, or why they cannot be shown;
 - ``baseline_impl``: the impl an op gets without registering it, for the baselines named after a backend
@@ -64,6 +65,11 @@ class Backend:
     def build_details(self, op: Op, impl: Impl, before: dict[str, Any]) -> dict[str, Any]:
         """What the calls since ``build_state`` built (autotuning, compile time), apart from run time."""
         return {}
+
+    def early_builds(self, impl: Impl, device: str) -> list[Any]:
+        """The impl's kernels (objects with ``compile()``) whose first build takes tens of seconds, for a run on
+        ``device`` to build in a separate process while other cases run (backends/early.py). Default: none."""
+        return []
 
     def is_compile_error(self, exc: BaseException) -> bool:
         """Whether ``exc``, raised by an impl, is this DSL's compiler rejecting a kernel."""

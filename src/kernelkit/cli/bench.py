@@ -24,17 +24,18 @@ from kernelkit.cli.common import (
     SolutionOpt,
     StoreOpt,
     TargetArg,
+    ThreadsOpt,
     err,
     fail,
     open_store,
     out,
     parse_dtypes,
     parse_sizes,
-    progress,
     run_ref,
 )
-from kernelkit.cli.guard import check_output, check_seconds, set_max_memory
+from kernelkit.cli.guard import check_output, check_seconds, set_max_memory, set_threads
 from kernelkit.errors import KernelkitError, did_you_mean
+from kernelkit.report.progress import run_bar
 from kernelkit.results import Status
 
 
@@ -80,6 +81,7 @@ def bench_command(
                                                   "measured), and one roofline of every op.")] = None,
     solution: SolutionOpt = None,
     max_memory: MaxMemoryOpt = None,
+    threads: ThreadsOpt = None,
     repeat: Annotated[int, typer.Option(help="Run the sweep N times and store each case's between-run spread "
                                              "(compare's noise floor); the last run is shown and stored.")] = 1,
     wide: Annotated[bool, typer.Option("--wide", help="Every column (n, spread, bound, notes, messages) in the "
@@ -96,32 +98,26 @@ def bench_command(
     interrupted (finished cases are kept in the store).
     """
     from kernelkit.jobs.repeat import bench_repeated
-    from kernelkit.measure.measurement import BenchResult
     from kernelkit.report.bench_table import bench_table, note_lines, skip_lines, warning_lines
 
     opened = None
     try:
         _check_arguments(mode, device, budget, rse, timeout, store, no_store, json_path, csv_path, plot_dir)
         set_max_memory(max_memory)
+        set_threads(threads)
         size_list, dtype_list = parse_sizes(sizes), parse_dtypes(dtypes)
         opened = None if no_store else open_store(store, create=True)
-        with progress() as bar:
-            task = bar.add_task("benchmarking", total=None)
-
+        with run_bar(err, "benchmarking") as bar:
             # Strict by default when the run may become a comparison's baseline (stored) or a submission (exported).
             # A run spread over GPUs or Ray is not strict unless asked (strict mode times on one worker).
             exported = (not no_store or json_path is not None or csv_path is not None) and not gpus and not ray
-
-            def advance(result: BenchResult) -> None:
-                bar.update(task, advance=1, description=f"{result.impl} {'x'.join(map(str, result.size))} "
-                           f"{result.dtype} {result.status.value}")
-
             report = bench_repeated(
                 target, repeat, impls=impl or [], sizes=size_list, dtypes=dtype_list, device=device, mode=mode,
                 budget=budget, rse_target=rse, baselines=baselines, graph_warm=graph_warm, timeout=timeout,
                 gpus=gpus, ray=ray,
-                store=opened, command=shlex.join(["kernelkit", *sys.argv[1:]]), on_result=advance,
-                strict=exported if strict is None else strict, solution=solution,
+                store=opened, command=shlex.join(["kernelkit", *sys.argv[1:]]), on_result=bar.done,
+                strict=exported if strict is None else strict, solution=solution, on_phase=bar.phase,
+                on_plan=bar.planned,
             )
     except KernelkitError as exc:
         raise fail(exc, EXIT_USAGE) from None

@@ -23,7 +23,9 @@ from kernelkit.cli.common import (
     SizesOpt,
     SolutionOpt,
     TargetArg,
+    ThreadsOpt,
     TimeoutOpt,
+    err,
     fail,
     out,
     parse_dtypes,
@@ -31,10 +33,10 @@ from kernelkit.cli.common import (
     progress,
     set_compile_mode,
 )
-from kernelkit.cli.guard import json_stdout, set_max_memory
+from kernelkit.cli.guard import json_stdout, set_max_memory, set_threads
 from kernelkit.errors import KernelkitError
-from kernelkit.results import CaseResult
-from kernelkit.runner import DEFAULT_TIMEOUT, RunReport, plan, run_cases
+from kernelkit.report.progress import run_bar
+from kernelkit.runner import DEFAULT_TIMEOUT, RunReport, check
 
 
 def register(app: typer.Typer) -> None:
@@ -82,6 +84,7 @@ def check_command(
     verdicts: Annotated[bool, typer.Option(help="With a KernelBench problem or a GPU MODE task: reach the format's "
                                                 "own verdict too, beside kernelkit's.")] = True,
     max_memory: MaxMemoryOpt = None,
+    threads: ThreadsOpt = None,
 ) -> None:
     """Check every case (impl x size x dtype x seed) against the op's reference, each in a worker process.
 
@@ -103,6 +106,7 @@ def check_command(
         set_compile_mode(compile_mode)
     try:
         set_max_memory(max_memory)
+        set_threads(threads)
     except KernelkitError as exc:
         raise fail(exc, EXIT_USAGE) from None
     pure = contextlib.ExitStack()  # with --json, stdout holds the document alone: prints go to stderr meanwhile
@@ -142,27 +146,10 @@ def _run_check(
 ) -> RunReport:
     try:
         size_list, dtype_list = parse_sizes(sizes), parse_dtypes(dtypes)
-        with progress(quiet) as bar:
-            task = bar.add_task("checking", total=None)
-
-            def advance(result: CaseResult) -> None:
-                bar.update(task, advance=1, description=f"{result.impl} {result.status.value}")
-
-            if strict:
-                from kernelkit.errors import SpecError
-                from kernelkit.jobs.strict import seal_builtin_ops
-
-                if gpus is not None or ray is not None:
-                    raise SpecError("--strict checks on one worker: drop --gpus/--ray")
-                seal_builtin_ops()  # before the target's file is imported: it may change a built-in op
-            dev, cases = plan(target, impls=impls, device=device, sizes=size_list, dtypes=dtype_list, seeds=seeds,
-                              solution=solution)
-            bar.update(task, total=len(cases))
-            if gpus is not None or ray is not None:
-                from kernelkit.scale import check_spread
-
-                return check_spread(cases, dev, gpus=gpus, ray=ray, timeout=timeout, on_result=advance)
-            return run_cases(cases, dev, timeout=timeout, on_result=advance, strict=strict)
+        with run_bar(err, "checking", quiet) as bar:
+            return check(target, impls=impls, device=device, sizes=size_list, dtypes=dtype_list, seeds=seeds,
+                         timeout=timeout, on_result=bar.done, gpus=gpus, ray=ray, solution=solution, strict=strict,
+                         on_phase=bar.phase, on_plan=bar.planned)
     except KernelkitError as exc:
         raise fail(exc, EXIT_USAGE) from None
 

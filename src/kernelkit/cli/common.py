@@ -49,6 +49,9 @@ CompileModeOpt = Annotated[
 MaxMemoryOpt = Annotated[str | None, typer.Option(
     "--max-memory", help="Memory each worker may take on top of what it holds once started, e.g. 8G (CPU: an "
                          "address-space limit; GPU: the share of device memory torch may allocate).")]
+ThreadsOpt = Annotated[int | None, typer.Option(
+    "--threads", help="Torch threads of each CPU worker (default 1: on a shared or small machine more threads time "
+                      "the contention, not the kernel); recorded with the run. No effect on a GPU's kernels.")]
 RunArg = Annotated[str, typer.Argument(help="A run: an id, 'latest', or 'latest-1' for the one before.")]
 GpusOpt = Annotated[str | None, typer.Option(
     "--gpus", help="Spread the run over this host's GPUs, one worker each: all, a count (2), or indices (0,1). "

@@ -18,7 +18,7 @@ import traceback
 from collections.abc import Iterator
 from pathlib import Path
 
-from kernelkit.errors import KernelkitError
+from kernelkit.errors import KernelkitError, SpecError
 
 _UNITS = {"": 1, "b": 1, "k": 2**10, "kb": 2**10, "m": 2**20, "mb": 2**20, "g": 2**30, "gb": 2**30,
           "t": 2**40, "tb": 2**40}
@@ -126,3 +126,14 @@ def set_max_memory(text: str | None) -> None:
         from kernelkit.runner import MAX_MEMORY_ENV
 
         os.environ[MAX_MEMORY_ENV] = str(limit)
+
+
+def set_threads(threads: int | None) -> None:
+    """Hand --threads to the CPU workers (spawned later, they inherit the environment; see measure.host.cpu_threads)."""
+    if threads is None:
+        return
+    if threads < 1:
+        raise SpecError(f"--threads must be a positive number of torch threads for CPU workers, got {threads}")
+    from kernelkit.measure.host import THREADS_ENV
+
+    os.environ[THREADS_ENV] = str(threads)

@@ -52,10 +52,10 @@ def matmul_step(ctx: DemoContext) -> Outcome:
             f"{'x'.join(map(str, LADDER_SIZE))}.", highlight=False)
     notes, ok = [], True
     for impls, dtype, what in plan:
-        with _progress(ctx, f"matmul: {what}") as advance:
+        with _progress(ctx, f"matmul: {what}") as bar:
             report = bench_op("matmul", impls=[*impls, "eager"], sizes=[size], dtypes=[dtype], device=ctx.device,
-                              budget=budget, timeout=ctx.timeout, store=None,
-                              on_result=lambda r: advance(f"{r.impl} {r.status.value}"))
+                              budget=budget, timeout=ctx.timeout, store=None, on_result=bar.done,
+                              on_phase=bar.phase, on_plan=bar.planned)
         if report.interrupted:
             raise KeyboardInterrupt
         versus = "cuBLAS" if ctx.gpu else "eager"

@@ -19,6 +19,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from kernelkit.report.progress import RunBar, run_bar
 from kernelkit.spec import Size, dtype_name
 
 FP32, BF16 = torch.float32, torch.bfloat16
@@ -168,9 +169,9 @@ def check_step(ctx: DemoContext) -> Outcome:
             + (f" Left out here: {', '.join(left_out)} (torch's load_inline: its compile-only check builds a C++ "
                "extension against torch's headers, minutes on a small CPU; `kernelkit check` runs it)."
                if left_out else ""), highlight=False)
-    with _progress(ctx, "checking") as advance:
-        report = runner.run_cases(cases, ctx.device, timeout=ctx.timeout,
-                                  on_result=lambda r: advance(f"{r.op} {r.impl} {r.status.value}"))
+    with _progress(ctx, "checking") as bar:
+        bar.planned(len(cases))
+        report = runner.run_cases(cases, ctx.device, timeout=ctx.timeout, on_result=bar.done, on_phase=bar.phase)
     if report.interrupted:
         raise KeyboardInterrupt
     notes = []
@@ -200,29 +201,34 @@ def _sweep_title(sweep: Sweep) -> str:
 
 # ---- 3. bench --------------------------------------------------------------------------------------------------
 
+# The GPU bench's contenders: the learner's first version, the best of each DSL, and (softmax) the lecture's five
+# passes; the baselines come with every sweep. The demo teaches the method; `kernelkit bench OP` times every impl.
+GPU_BENCH_IMPLS = {"square": ("triton_rowwise", "triton_flat", "cuda_vec4", "numba_flat"),
+                   "softmax": ("eager_fivepass", "triton_rowwise", "triton_online", "cuda_warp")}
+QUICK_GPU_BENCH_IMPLS = {"square": ("triton_flat", "cuda_vec4"), "softmax": ("triton_rowwise", "cuda_warp")}
+
+
 def bench_sweeps(device: str, quick: bool) -> list[Sweep]:
-    """GPU: sizes well past the 50 MB L2 (square 256 MiB of fp32; softmax short rows and long rows in bf16);
-    CPU: each op's smallest CPU size in fp32 (the Numba simulator runs ~100 us per thread, and every timed call
-    of every impl pays it)."""
+    """GPU: sizes well past the 50 MB L2 (square 256 MiB of fp32; softmax 32768 rows of 4096 in bf16); CPU: each
+    op's smallest CPU size in fp32 (the Numba simulator runs ~100 us per thread, and every timed call of every impl
+    pays it)."""
     from kernelkit.target import open_target
 
     if device == "cuda":
-        if quick:
-            return [Sweep("square", ((1 << 26,),), (FP32,)), Sweep("softmax", ((32768, 4096),), (BF16,))]
-        return [Sweep("square", ((1 << 26,),), (FP32, BF16)), Sweep("softmax", ((8192, 1000), (32768, 4096)), (BF16,))]
+        return [Sweep("square", ((1 << 26,),), (FP32,)), Sweep("softmax", ((32768, 4096),), (BF16,))]
     return [Sweep(name, (min(open_target(name, device).op().cpu_sizes, key=math.prod),), (FP32,))
             for name in ("square", "softmax")]
 
 
-def bench_impls(op_name: str, device: str) -> list[str]:
-    """Every impl on a GPU (an empty list: all); on the CPU those whose backend runs there (no CUDA C++). The
-    baselines (eager, compile) come with every sweep, so they are not named (naming one would time it alone)."""
+def bench_impls(op_name: str, device: str, quick: bool = False) -> list[str]:
+    """GPU: the contenders above; CPU: every impl whose backend runs there (no CUDA C++). The baselines (eager,
+    compile) come with every sweep, so they are not named (naming one would time it alone)."""
     from kernelkit import backends
     from kernelkit.spec import BASELINES
     from kernelkit.target import open_target
 
     if device == "cuda":
-        return []
+        return list((QUICK_GPU_BENCH_IMPLS if quick else GPU_BENCH_IMPLS)[op_name])
     op = open_target(op_name, device).op()
     return [name for name, impl in op.impls.items()
             if backends.backend(impl.backend).runs_on(device) and name not in BASELINES]
@@ -245,10 +251,10 @@ def bench_step(ctx: DemoContext) -> Outcome:
                           highlight=False)
     notes, ok = [], True
     for sweep in bench_sweeps(ctx.device, ctx.quick):
-        with _progress(ctx, f"benchmarking {sweep.op}") as advance:
-            report = bench_op(sweep.op, impls=bench_impls(sweep.op, ctx.device), sizes=sweep.sizes,
+        with _progress(ctx, f"benchmarking {sweep.op}") as bar:
+            report = bench_op(sweep.op, impls=bench_impls(sweep.op, ctx.device, ctx.quick), sizes=sweep.sizes,
                               dtypes=sweep.dtypes, device=ctx.device, budget=budget, timeout=ctx.timeout, store=None,
-                              on_result=lambda r: advance(f"{r.impl} {r.status.value}"))
+                              on_result=bar.done, on_phase=bar.phase, on_plan=bar.planned)
         if report.interrupted:
             raise KeyboardInterrupt
         shown = [r for r in report.results if r.status is not Status.SKIPPED]
@@ -368,16 +374,7 @@ def _skip(ctx: DemoContext, reason: str) -> Outcome:
 # ---- shared ----------------------------------------------------------------------------------------------------
 
 @contextmanager
-def _progress(ctx: DemoContext, what: str) -> Iterator[Callable[[str], None]]:
-    """A transient spinner '<what>: 12 done (last: triton_flat PASSED)' while workers run; nothing when piped."""
-    if not ctx.console.is_terminal:
-        yield lambda _last: None
-        return
-    done = 0
-    with ctx.console.status(f"{what}...") as status:
-        def advance(last: str) -> None:
-            nonlocal done
-            done += 1
-            status.update(f"{what}: {done} done (last: {escape(last)})")
-
-        yield advance
+def _progress(ctx: DemoContext, what: str) -> Iterator[RunBar]:
+    """The run's progress line while workers run (its phase, results of the planned total); nothing when piped."""
+    with run_bar(ctx.console, what) as bar:
+        yield bar

@@ -27,8 +27,9 @@ from typing import Any
 import torch
 
 from kernelkit import backends, errors, runner, verify
+from kernelkit.backends import early
 from kernelkit.errors import BackendUnavailable, InputError, describe_exception
-from kernelkit.jobs import OnBuilt, caught_warnings, unique
+from kernelkit.jobs import OnBuilt, caught_warnings, progress, unique
 from kernelkit.jobs import strict as _strict  # noqa: F401 - imported with kernelkit: seals the harness first
 from kernelkit.jobs.check import CheckJob, judge, reference_outputs
 from kernelkit.measure import memory, timer
@@ -136,6 +137,7 @@ class BenchJob:
     def _execute(self, device: str, on_built: OnBuilt | None, notices: list[str]) -> BenchOutcome:
         op = load(self.source)[self.op]
         dtype = parse_dtype(self.dtype)
+        progress.say("computing the reference")
         try:
             inputs, refs, los = reference_outputs(op, self.size, dtype, device, self.seed)
         except InputError as exc:  # the op's inputs do not fit its reference: no contender can be timed
@@ -151,6 +153,7 @@ class BenchJob:
             impl = _contender_impl(op, name)
             result = self._result(name, role, device, Status.PASSED, backend=impl.backend)
             results[name] = result
+            progress.say(f"{name}: first call" + (" (torch.compile compiles it)" if name == "compile" else ""))
             try:
                 contender, last = _prepare(impl, inputs, nbytes, flops, working, device)
             except Exception as exc:  # noqa: BLE001 - reported as this contender's status
@@ -160,7 +163,9 @@ class BenchJob:
         if on_built is not None:
             on_built()
 
+        progress.say(f"timing {len(entries)} contender(s), {self.settings.mode} mode")
         measured = timer.bench_many([c for _, c, _ in entries], self.settings, device)
+        progress.say("rechecking the last outputs, measuring peak memory")
         for (result, contender, last), m in zip(entries, measured, strict=True):
             if not attach_timing(result, m, nbytes, flops, ceilings, op):
                 continue
@@ -259,6 +264,7 @@ def _ceilings(device: str, notices: list[str]) -> Any:
     fails."""
     from kernelkit.measure import ceilings as device_ceilings
 
+    progress.say("reading this device's ceilings (calibrated once per device, then cached)")
     try:
         return device_ceilings.calibrate(device)
     except Exception as exc:  # noqa: BLE001 - a result without % of ceiling beats no result
@@ -286,6 +292,8 @@ def bench_op(
     gpus: GpuSpec = None,
     ray: str | None = None,
     solution: str | None = None,
+    on_phase: runner.OnPhase | None = None,
+    on_plan: Callable[[int], None] | None = None,
 ) -> SweepReport:
     """Benchmark ``target`` (a built-in op name, a .py file, a KernelBench problem or level folder, a GPU MODE task
     folder; ``solution``: see target.open_target): every impl (or ``impls``) at every size and dtype.
@@ -295,6 +303,8 @@ def bench_op(
     store.Store to record the run in. Each (size, dtype) runs in a worker process: a crash or hang there ends that
     group, not the sweep. gpus ('all', 2, '0,1'): the groups spread over one worker per GPU; ray ('auto', 'local',
     an address): over a Ray cluster's GPUs (see kernelkit.scale); each result then records its GPU.
+    on_phase: told what the sweep does now ("square 4096x4096 float32: timing 6 contender(s)"), for progress;
+    on_plan: told once, before anything runs, how many results the sweep will give.
     strict: strict mode (README "Strict mode"; jobs/strict_bench.py); default: on when the run is stored (``store``),
     since a stored run may become a comparison's baseline, unless it is spread over GPUs or a Ray cluster (strict
     mode times on one worker; ask for it and it is refused there).
@@ -309,6 +319,8 @@ def bench_op(
     settings = Settings(mode=mode, budget=spend, rse_target=rse_target, graph_warm=graph_warm)
     report = SweepReport(device=dev, mode=mode)
     groups = plan_groups(source, ops, dev, impls, sizes, dtypes, baselines)
+    if on_plan is not None:
+        on_plan(sum(len(g.cases) + int(g.eager) for g in groups))
     spread = Spread.of(gpus, ray, dev)  # None: one worker in this process
     strict = (store is not None and spread is None) if strict is None else strict
     if strict and spread is not None:
@@ -336,12 +348,14 @@ def bench_op(
             on_result(result)
 
     status = "finished"
-    with tempfile.TemporaryDirectory(prefix="kernelkit-bench-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="kernelkit-bench-") as tmp, \
+            early.started([c for g in groups for c in g.cases], dev):
         worker = runner.Worker(dev, Path(tmp) / "worker.log")
         try:
             if spread is not None:
                 spread.run([BenchGroupRun(g, settings, dev, timeout) for g in groups], emit)
             for group in groups if spread is None else ():
+                worker.on_phase = _phase_of(group, on_phase)
                 if strict:
                     from kernelkit.jobs import strict_bench
 
@@ -358,6 +372,14 @@ def bench_op(
             if store is not None:
                 _finish(store, report, status, command)
     return report
+
+
+def _phase_of(group: BenchGroup, on_phase: runner.OnPhase | None) -> runner.OnPhase | None:
+    """``on_phase`` told each phase with the group it belongs to: 'softmax 8192x1000 bfloat16: timing ...'."""
+    if on_phase is None:
+        return None
+    label = f"{group.op} {'x'.join(map(str, group.size))} {group.dtype}"
+    return lambda text: on_phase(f"{label}: {text}")
 
 
 def _finish(store: Any, report: SweepReport, status: str, command: str) -> None:
@@ -447,6 +469,7 @@ class BenchGroupRun:
     # After the timing job's worker died or hung: the contenders still to time alone, and the results so far.
     alone: list[tuple[str, str]] = field(default_factory=list)
     held: list[BenchResult] = field(default_factory=list)
+    gate_warnings: dict[str, list[str]] = field(default_factory=dict)  # impl -> what its passed check warned of
 
     @property
     def source(self) -> str:
@@ -480,6 +503,7 @@ class BenchGroupRun:
             role = "baseline" if case.impl in BASELINES else "impl"
             if checked.status is Status.PASSED:
                 self.passed.append((case.impl, role))
+                self.gate_warnings[case.impl] = list(checked.warnings)
                 return []
             return [BenchResult(case.op, case.impl, checked.backend, case.size, case.dtype, self.device,
                                 self.settings.mode, checked.status, role=role, message=_gate_message(checked),
@@ -489,6 +513,7 @@ class BenchGroupRun:
         for r in outcome.results:
             if r.status.failed and outcome.log:
                 r.details.setdefault("log", outcome.log)
+            r.warnings.extend(w for w in self.gate_warnings.get(r.impl, []) if w not in r.warnings)
         if self.alone:  # one contender timed alone, after the group's worker died or hung
             self.alone.pop(0)
             self.held.extend(outcome.results)

@@ -18,7 +18,7 @@ import torch
 
 from kernelkit import backends, verify
 from kernelkit.errors import BackendUnavailable, CompileError, InputError, describe_exception
-from kernelkit.jobs import OnBuilt, caught_warnings, unique
+from kernelkit.jobs import OnBuilt, caught_warnings, progress, unique
 from kernelkit.results import CaseResult, Status
 from kernelkit.spec import Case, Impl, Op, parse_dtype
 from kernelkit.target import load
@@ -65,9 +65,11 @@ def check_case(case: Case, op: Op, device: str, on_built: OnBuilt | None = None)
     )
     start = time.perf_counter()
     try:
+        progress.say(f"{case.impl}: building its kernels" if impl.kernels else f"{case.impl}: preparing")
         backends.ensure_runnable(impl, parse_dtype(case.dtype), device)
         if on_built is not None:
             on_built()
+        progress.say(f"{case.impl}: checking against the reference")
         _check(result, op, impl, case, device)
     except BackendUnavailable as exc:
         result.status, result.message = Status.SKIPPED, str(exc)

@@ -28,6 +28,8 @@ def bench_repeated(target: str, repeat: int, *, store: Any = None,
     if repeat < 1:
         raise SpecError(f"--repeat must be at least 1, got {repeat}")
     medians: dict[tuple[str, str, str], list[float]] = {}
+    if options.get("on_plan") is not None:
+        options["on_plan"] = _once_times(options["on_plan"], repeat)
 
     def remember(result: BenchResult) -> None:
         if result.measurement is not None and result.measurement.samples and not result.status.failed:
@@ -41,6 +43,18 @@ def bench_repeated(target: str, repeat: int, *, store: Any = None,
             return earlier
     return bench_op(target, store=_WithSpread(store, medians) if store is not None else None,
                     on_result=on_result if store is not None else _attaching(medians, on_result), **options)
+
+
+def _once_times(on_plan: Callable[[int], None], repeat: int) -> Callable[[int], None]:
+    """``on_plan`` told the N runs as one plan: once, with N times one run's results."""
+    said: list[int] = []
+
+    def tell(total: int) -> None:
+        if not said:
+            said.append(total)
+            on_plan(total * repeat)
+
+    return tell
 
 
 def attach_spread(result: BenchResult, earlier: dict[tuple[str, str, str], list[float]]) -> None:

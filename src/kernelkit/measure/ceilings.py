@@ -24,7 +24,7 @@ import torch
 from kernelkit.cache import cache_dir, write_atomic
 from kernelkit.errors import BackendUnavailable, KernelkitError
 from kernelkit.measure.clocks import ClockReader
-from kernelkit.measure.host import cpu_model, device_name, driver_version_without_nvml, l2_bytes
+from kernelkit.measure.host import cpu_model, cpu_threads, device_name, driver_version_without_nvml, l2_bytes
 from kernelkit.measure.measurement import Ceiling, Measurement
 
 Bench = Callable[..., Measurement]  # the signature of kernelkit.measure.timer.bench
@@ -165,6 +165,9 @@ def calibrate(device: torch.device | str = "cuda", *, force: bool = False, budge
     one that noisy is measured again. A cached result comes back with ``cached`` set.
     """
     dev = _resolve(device)
+    if dev.type == "cpu" and torch.get_num_threads() != cpu_threads():
+        with _threads(cpu_threads()):  # the ceilings of the CPU workers that use them (--threads)
+            return calibrate(dev, force=force, budget=budget, bench=bench)
     device_name, key = _identity(dev)
     path = _cache_path(key)
     refusal = path.with_suffix(".refused")
@@ -192,6 +195,16 @@ def calibrate(device: torch.device | str = "cuda", *, force: bool = False, budge
     ceilings = Ceilings(device_name, key, copy_gbps, tflops, notes, measured_at, dev.type)
     write_atomic(path, json.dumps(ceilings.to_dict(), indent=2).encode())
     return ceilings
+
+
+@contextlib.contextmanager
+def _threads(count: int) -> Iterator[None]:
+    saved = torch.get_num_threads()
+    torch.set_num_threads(count)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(saved)
 
 
 class NoisyCalibration(KernelkitError):

@@ -19,6 +19,19 @@ from kernelkit.measure.clocks import ClockReader
 
 GIT_TIMEOUT_S = 5.0
 CPU_CACHE_DEFAULT = 32 << 20  # when /sys does not say: a typical server L3
+THREADS_ENV = "KERNELKIT_THREADS"  # torch threads in a CPU worker (--threads N); default CPU_THREADS
+# One thread by default, as torch.utils.benchmark.Timer does: on a busy 2-core machine x*x on 256x256 took 21-26 ms
+# with torch's 2 threads and 110 us with one (2026-11-26); threads fighting over the cores are noise, not speed.
+CPU_THREADS = 1
+
+
+def cpu_threads() -> int:
+    """Torch threads a CPU worker runs with: $KERNELKIT_THREADS (--threads) when a positive integer, else 1."""
+    try:
+        threads = int(os.environ.get(THREADS_ENV, CPU_THREADS))
+    except ValueError:
+        return CPU_THREADS
+    return threads if threads > 0 else CPU_THREADS
 
 
 # --- fingerprint -------------------------------------------------------------------------------------------------
@@ -50,6 +63,7 @@ def fingerprint(user_file: str | None = None) -> dict[str, Any]:
         "platform": platform.platform(),
         "host": platform.node(),
         "cpu": cpu,
+        "cpu_threads": cpu_threads(),  # torch threads of CPU workers (a GPU run's CPU side is not limited)
         "user_file": None,
         "git_commit": None,
         "git_dirty": None,

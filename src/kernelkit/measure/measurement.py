@@ -60,6 +60,7 @@ class Measurement:
     # Device memory one call allocated at its peak, above what was allocated before it (measure.memory); None where
     # it was not measured (the CPU).
     peak_bytes: int | None = None
+    threads: int | None = None  # torch's threads while it was timed, on the CPU (None on a GPU)
 
     @property
     def stats(self) -> Stats:

@@ -315,6 +315,7 @@ def _finish(state: _State, settings: Settings, env: Environment) -> Measurement:
         calls_per_sample=state.sampler.calls_per_sample, dropped=state.dropped, clocks_mhz=state.clocks,
         max_clock_mhz=env.max_clock, bytes=c.bytes, flops=c.flops, warnings=warnings,
         method=getattr(state.sampler, "method", ""),
+        threads=torch.get_num_threads() if env.device == "cpu" else None,
     )
     if state.dropped:
         warnings.append(f"{state.dropped} samples dropped: taken under 75% of the maximum SM clock")

@@ -3,7 +3,7 @@ error is caught without a GPU, and run only on one."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -37,6 +37,13 @@ class CudaBackend(Backend):
         if not built:
             raise BackendUnavailable(f"{where} (the impl lists no kernels to compile)")
         raise BackendUnavailable(f"{where}; it compiled: {', '.join(_build_summary(b) for b in built)}")
+
+    def early_builds(self, impl: Impl, device: str) -> list[Any]:
+        """load_inline extensions on a GPU: nvcc over torch's headers takes half a minute to minutes when not
+        cached (an NVRTC kernel compiles in well under a second, and without a GPU nothing is loaded)."""
+        from kernelkit.backends.cuda.inline import InlineExtension
+
+        return [k for k in impl.kernels if isinstance(k, InlineExtension)] if device == "cuda" else []
 
     def asm(self, case: CaseSetup, arch: str, ir: str, config: int | None) -> AsmKernels:
         if ir in TRITON_IRS:

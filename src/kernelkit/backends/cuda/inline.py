@@ -46,7 +46,7 @@ from kernelkit.backends.cuda.signature import COMMENT
 from kernelkit.cache import cache_dir, content_key
 from kernelkit.errors import BackendUnavailable, CompileError, LoadError, SpecError
 
-__all__ = ["BuiltExtension", "InlineExtension", "load_inline"]
+__all__ = ["BuiltExtension", "InlineExtension", "is_built", "load_inline"]
 
 SOURCE_SUFFIXES = (".cu", ".cuh", ".cpp", ".cc", ".cxx", ".h", ".hpp")
 STALE_BUILD_S = 3600  # a build directory this old was left by a killed process
@@ -172,14 +172,44 @@ class InlineExtension:
 
 def _build(plan: BuildPlan) -> BuiltExtension:
     """Load ``plan``'s .so from the cache, or build it with load_inline in a private directory and move it there."""
-    from torch.utils import cpp_extension  # heavy, and only needed here
-
     final = cache_dir("inline", plan.key)
     library = final / f"{plan.module}.so"
     compiler = "nvcc" if plan.cuda else "c++"
     if library.is_file():
         with contextlib.suppress(ImportError):  # a damaged file is rebuilt
             return BuiltExtension(plan.name, plan.arch, compiler, 0.0, True, _import(plan.module, library))
+    with _build_lock(final):  # another process building the same key (an early build, another GPU's worker): wait
+        if library.is_file():
+            with contextlib.suppress(ImportError):
+                return BuiltExtension(plan.name, plan.arch, compiler, 0.0, True, _import(plan.module, library))
+        return _build_locked(plan, final, library, compiler)
+
+
+def is_built(ext: InlineExtension) -> bool:
+    """Whether ``ext``'s build for this machine's GPU is in the disk cache already (nothing is compiled)."""
+    plan = ext.plan()
+    return (cache_dir("inline", plan.key) / f"{plan.module}.so").is_file()
+
+
+@contextlib.contextmanager
+def _build_lock(folder: Path) -> Iterator[None]:
+    """An exclusive lock on ``folder`` held across processes (fcntl.flock: released when its holder dies)."""
+    try:
+        import fcntl
+    except ImportError:  # not POSIX: builds may overlap; each lands atomically (os.replace)
+        yield
+        return
+    with open(folder / ".build.lock", "a+b") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _build_locked(plan: BuildPlan, final: Path, library: Path, compiler: str) -> BuiltExtension:
+    from torch.utils import cpp_extension  # heavy, and only needed here
+
     if plan.cuda:
         find_nvcc(True)
     if not cpp_extension.is_ninja_available():
