@@ -81,7 +81,8 @@ def test_an_idle_thread_pool_is_not_a_change_but_one_still_working_is():
         while hygiene.changes(before, hygiene.snapshot("cpu")) and time.monotonic() < deadline:
             time.sleep(0.01)
         assert hygiene.changes(before, hygiene.snapshot("cpu")) == []
-        pool.submit(release.wait, 10)
-        time.sleep(0.05)
+        started = threading.Event()
+        pool.submit(lambda: (started.set(), release.wait(10)))
+        assert started.wait(10)
         assert hygiene.changes(before, hygiene.snapshot("cpu")) == ["1 Python thread(s) still running (pool_0)"]
         release.set()
