@@ -39,8 +39,9 @@ class Snapshot:
     children: list[int] = field(default_factory=list)
 
 
-def snapshot(device: str) -> Snapshot:
-    """This process's state now."""
+def snapshot(device: str, kept: int = 0) -> Snapshot:
+    """This process's state now; ``kept``: bytes the worker's own caches hold on ``device`` (the references a worker
+    keeps between the cases of one size), which are not counted as memory a case left."""
     import torch
 
     try:
@@ -60,9 +61,10 @@ def snapshot(device: str) -> Snapshot:
     if device == "cuda" and torch.cuda.is_initialized():
         switches["tf32 matmul"] = torch.backends.cuda.matmul.allow_tf32
         switches["cuda device"] = torch.cuda.current_device()
-        gpu = torch.cuda.memory_allocated()
+        gpu = torch.cuda.memory_allocated() - kept
     threads = {t.ident or 0: t.name for t in threading.enumerate() if not library_thread(t)}
-    return Snapshot(cwd, dict(os.environ), switches, threads, resident_bytes(), gpu, group_members())
+    memory = resident_bytes() - (kept if device == "cpu" else 0)
+    return Snapshot(cwd, dict(os.environ), switches, threads, memory, gpu, group_members())
 
 
 def changes(before: Snapshot, after: Snapshot) -> list[str]:

@@ -12,6 +12,7 @@ per case; the benchmark (jobs/bench.py) sends its own jobs to a Worker.
 from __future__ import annotations
 
 import faulthandler
+import gc
 import math
 import multiprocessing
 import multiprocessing.connection
@@ -32,7 +33,7 @@ from kernelkit import backends, hygiene
 from kernelkit.backends import early
 from kernelkit.errors import SpecError, describe_exception
 from kernelkit.jobs import Job, JobResult, progress
-from kernelkit.jobs.check import CheckJob
+from kernelkit.jobs.check import CheckJob, kept_bytes
 from kernelkit.measure.host import cpu_threads
 from kernelkit.results import CaseResult, Status
 from kernelkit.spec import Case, Size
@@ -373,14 +374,17 @@ def _worker_main(conn: multiprocessing.connection.Connection, device: str, log_p
             return
         if job is None:
             return
-        before = hygiene.snapshot(device)
+        before = hygiene.snapshot(device, kept_bytes(device))
         try:
             result = job.execute(device, lambda: conn.send(_BUILT))
         except Exception as exc:  # noqa: BLE001 - a job's own failure is its result, the worker lives on
             result = job.failed(device, Status.RUNTIME_ERROR, f"kernelkit's worker failed: {describe_exception(exc)}")
         sys.stdout.flush()
         sys.stderr.flush()
-        changed = hygiene.changes(before, hygiene.snapshot(device))
+        changed = hygiene.changes(before, hygiene.snapshot(device, kept_bytes(device)))
+        if any("memory held" in change for change in changed):  # maybe only garbage in a reference cycle
+            gc.collect()
+            changed = hygiene.changes(before, hygiene.snapshot(device, kept_bytes(device)))
         conn.send((result, changed))
         if result.details.get("context_lost") or changed:
             return

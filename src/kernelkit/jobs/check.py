@@ -154,6 +154,21 @@ def reference_outputs(op: Op, size: tuple[int, ...], dtype: torch.dtype, device:
     return _fitting(lambda: verify.fresh_copies(inputs), device), refs, los
 
 
+def kept_bytes(device: str) -> int:
+    """Bytes of ``device`` memory the kept references hold: the worker's own cache, not memory a case left behind
+    (a 64M-element fp32 case keeps 1 GiB: its input, float64 reference and fp32 reference)."""
+    seen: set[int] = set()
+    total = 0
+    for made in _references.values():
+        for t in (*made[0], *made[1], *made[2]):
+            if isinstance(t, torch.Tensor) and t.device.type == device:
+                storage = t.untyped_storage()
+                if storage.data_ptr() not in seen:
+                    seen.add(storage.data_ptr())
+                    total += storage.nbytes()
+    return total
+
+
 def _fitting(make: Callable[[], Any], device: str) -> Any:
     """``make()``; on running out of memory, once more after dropping the references kept from earlier cases."""
     why = None
