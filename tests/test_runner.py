@@ -119,3 +119,24 @@ def test_ctrl_c_stops_cleanly_and_prints_what_finished(tmp_path):
     assert proc.returncode == 130, stderr
     assert "eager_fast" in stdout and "interrupted" in stdout
     assert "Traceback" not in stderr
+
+
+def test_runs_inside_reuse_workers_share_one_worker_and_nothing_is_left_after():
+    from kernelkit.jobs.bench import bench_op
+
+    started = []
+
+    def on_phase(text):
+        if "starting a worker" in text:
+            started.append(text)
+
+    with runner.reuse_workers():
+        first = runner.check(PLANTED, impls=["eager_correct"], device="cpu", on_phase=on_phase)
+        second = bench_op(PLANTED, impls=["eager_correct"], device="cpu", budget=0.05, baselines=False,
+                          on_phase=on_phase)
+        parked = [pid for _, _, process, _ in runner._parked for pid in [process.pid]]
+    assert first.ok and second.ok and len(started) == 1, started
+    assert runner._parked is None and parked
+    for pid in parked:
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)

@@ -75,7 +75,8 @@ def changes(before: Snapshot, after: Snapshot) -> list[str]:
     keys = sorted(set(before.env) | set(after.env))
     # A library's private variables (a leading _: inductor records a pointer in one on its first compile) are
     # its own bookkeeping, not the user's environment.
-    changed_env = [k for k in keys if before.env.get(k) != after.env.get(k) and not k.startswith("_")]
+    changed_env = [k for k in keys if before.env.get(k) != after.env.get(k) and not k.startswith("_")
+                   and k not in LIBRARY_ENV]
     for key in changed_env[:4]:
         found.append(f"{key}={_short(after.env[key])}" if key in after.env else f"{key} unset")
     if len(changed_env) > 4:
@@ -97,6 +98,11 @@ def changes(before: Snapshot, after: Snapshot) -> list[str]:
         found.append(f"{len(left)} process(es) it started still running")
     return found
 
+
+# Variables a library sets for itself on first use and keeps: inductor points Triton at torch's bundled ptxas on its
+# first GPU compile (seen on an H200: every bench group's compile replaced its worker); kernelkit's compile backend
+# points inductor's cache into kernelkit's (backends/compiled.py).
+LIBRARY_ENV = frozenset({"TRITON_PTXAS_PATH", "TORCHINDUCTOR_CACHE_DIR"})
 
 # Modules whose threads are a library's own, started once and kept for every later call: inductor's compile pool
 # (its reader thread "InductorSubproc" and its idle timer), tqdm's monitor (which inductor's autotuning starts), the

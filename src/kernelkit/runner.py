@@ -11,6 +11,7 @@ per case; the benchmark (jobs/bench.py) sends its own jobs to a Worker.
 
 from __future__ import annotations
 
+import contextlib
 import faulthandler
 import gc
 import math
@@ -22,7 +23,7 @@ import signal
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -286,7 +287,24 @@ class Worker:
         if self.on_phase is not None:
             self.on_phase(text)
 
+    def _adopt(self) -> bool:
+        """Take a worker parked by ``reuse_workers`` for this device and environment; its output goes to our log."""
+        key = (self.device, tuple(sorted(self.env.items())))
+        for n, (device, env, process, conn) in enumerate(_parked or []):
+            if (device, env) == key and process.is_alive():
+                del _parked[n]  # type: ignore[union-attr]
+                try:
+                    conn.send(_Relog(str(self.log_path)))
+                except OSError:
+                    _end(process, conn)
+                    continue
+                self.process, self.conn = process, conn
+                return True
+        return False
+
     def _start(self) -> str:
+        if self._adopt():
+            return ""
         self._phase("starting a worker (importing torch" + (", starting CUDA)" if self.device == "cuda" else ")"))
         ctx = multiprocessing.get_context("spawn")
         parent, child = ctx.Pipe()
@@ -342,6 +360,11 @@ class Worker:
         self.process = self.conn = None
 
     def stop(self) -> None:
+        """End the worker; inside ``reuse_workers()`` a live one is kept for this process's next run instead."""
+        if _parked is not None and self.conn is not None and self.process is not None and self.process.is_alive():
+            _parked.append((self.device, tuple(sorted(self.env.items())), self.process, self.conn))
+            self.process = self.conn = None
+            return
         if self.conn is not None and self.process is not None and self.process.is_alive():
             try:
                 self.conn.send(None)
@@ -349,6 +372,46 @@ class Worker:
             except (OSError, BrokenPipeError):
                 pass
         self._discard()
+
+
+@dataclass(frozen=True)
+class _Relog:
+    """To a parked worker taken by a new run: write your output to ``path`` from now on."""
+
+    path: str
+
+
+# Workers kept between runs inside reuse_workers(): (device, env, process, connection); None outside it.
+_parked: list[tuple[str, tuple[tuple[str, str], ...], multiprocessing.process.BaseProcess,
+                    multiprocessing.connection.Connection]] | None = None
+
+
+@contextlib.contextmanager
+def reuse_workers() -> Iterator[None]:
+    """Within the block, a run's worker that ends alive is kept for the next run of this process on the same device
+    (its imports, CUDA context, compiled and cached kernels stay warm: a GPU worker takes ~5 s to start); each is
+    still replaced whenever a case leaves it changed. The demo's steps share workers this way."""
+    global _parked
+    if _parked is not None:  # nested: the outer block owns the parked workers
+        yield
+        return
+    _parked = []
+    try:
+        yield
+    finally:
+        parked, _parked = _parked, None
+        for _device, _env, process, conn in parked:
+            _end(process, conn)
+
+
+def _end(process: multiprocessing.process.BaseProcess, conn: multiprocessing.connection.Connection) -> None:
+    """Stop a parked worker, then kill its process group (what it started goes with it)."""
+    with contextlib.suppress(OSError):
+        conn.send(None)
+    process.join(timeout=5)
+    if process.pid:
+        hygiene.kill_group(process.pid)
+    conn.close()
 
 
 def _worker_main(conn: multiprocessing.connection.Connection, device: str, log_path: str,
@@ -374,6 +437,9 @@ def _worker_main(conn: multiprocessing.connection.Connection, device: str, log_p
             return
         if job is None:
             return
+        if isinstance(job, _Relog):  # adopted by another run: its log from now on
+            _redirect_output(job.path)
+            continue
         before = hygiene.snapshot(device, kept_bytes(device))
         try:
             result = job.execute(device, lambda: conn.send(_BUILT))

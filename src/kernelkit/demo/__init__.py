@@ -102,7 +102,17 @@ def run_demo(
     ctx = DemoContext(console, resolve_device(device), timeout, quick, out_dir)
     _print_header(ctx)
     outcomes: list[tuple[str, Outcome, float]] = []
-    interrupted = False
+    with runner.reuse_workers():  # the steps share their workers: one start, one CUDA context, warm compiles
+        interrupted = _run_steps(ctx, outcomes)
+    _print_summary(ctx, outcomes, interrupted)
+    if interrupted:
+        return EXIT_INTERRUPTED
+    return EXIT_FAILED if any(o.status == "failed" for _, o, _ in outcomes) else 0
+
+
+def _run_steps(ctx: DemoContext, outcomes: list[tuple[str, Outcome, float]]) -> bool:
+    """Each step in order, its outcome and seconds into ``outcomes``; True when Ctrl-C stopped the tour."""
+    console = ctx.console
     for number, step in enumerate(tour(), 1):
         console.print()
         console.rule(f"[bold]{number}. {escape(step.title)}", align="left")
@@ -113,16 +123,12 @@ def run_demo(
             outcome = step.run(ctx)
         except KeyboardInterrupt:
             outcomes.append((step.title, Outcome("failed", "interrupted"), time.perf_counter() - began))
-            interrupted = True
-            break
+            return True
         except Exception as exc:  # noqa: BLE001 - one broken step must not end the tour
             outcome = Outcome("failed", describe_exception(exc))
             console.print(f"[bold red]step {number} failed:[/] {escape(outcome.note)}", highlight=False)
         outcomes.append((step.title, outcome, time.perf_counter() - began))
-    _print_summary(ctx, outcomes, interrupted)
-    if interrupted:
-        return EXIT_INTERRUPTED
-    return EXIT_FAILED if any(o.status == "failed" for _, o, _ in outcomes) else 0
+    return False
 
 
 def _print_header(ctx: DemoContext) -> None:

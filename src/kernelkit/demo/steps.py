@@ -160,15 +160,19 @@ def check_step(ctx: DemoContext) -> Outcome:
     sweeps = check_sweeps(ctx.device, ctx.quick)
     cases = [case for sweep in sweeps
              for case in runner.plan(sweep.op, device=ctx.device, sizes=sweep.sizes, dtypes=sweep.dtypes)[1]]
+    # torch's load_inline builds a C++ extension against torch's headers: half a minute of nvcc on a GPU machine,
+    # minutes of compile-only checking on a small CPU, the first time. The tour leaves it to `kernelkit check`.
+    left_out = sorted({f"{c.op}/{c.impl}" for c in cases if _builds_an_extension(c.op, c.impl)})
+    cases = [c for c in cases if f"{c.op}/{c.impl}" not in left_out]
+    why = (f" Left out here: {', '.join(left_out)} (torch's load_inline: its first build compiles a C++ extension "
+           "against torch's headers, half a minute on a GPU machine and minutes on a small CPU; `kernelkit check "
+           "square` runs it, and caches the build)." if left_out else "")
     if not ctx.gpu:
-        left_out = sorted({f"{c.op}/{c.impl}" for c in cases if _builds_an_extension(c.op, c.impl)})
-        cases = [c for c in cases if f"{c.op}/{c.impl}" not in left_out]
         ctx.console.print(
             "No GPU: Triton runs in its interpreter and Numba in its CUDA simulator, at tiny sizes; CUDA C++ kernels "
-            "are compiled (NVRTC) to prove they build, then SKIPPED."
-            + (f" Left out here: {', '.join(left_out)} (torch's load_inline: its compile-only check builds a C++ "
-               "extension against torch's headers, minutes on a small CPU; `kernelkit check` runs it)."
-               if left_out else ""), highlight=False)
+            "are compiled (NVRTC) to prove they build, then SKIPPED." + why, highlight=False)
+    elif why:
+        ctx.console.print(why.strip(), highlight=False)
     with _progress(ctx, "checking") as bar:
         bar.planned(len(cases))
         report = runner.run_cases(cases, ctx.device, timeout=ctx.timeout, on_result=bar.done, on_phase=bar.phase)
