@@ -213,8 +213,10 @@ def test_a_default_gpu_bench_replaces_no_worker(op, strict, tmp_path):
     from kernelkit.target import open_target
 
     sizes = open_target(op, "cuda").op().bench_sizes_for("cuda")
+    began = time.monotonic()
     with Store.open(tmp_path / "results.sqlite") as store:
-        got = sweep.bench_op(op, device="cuda", sizes=[sizes[0], sizes[2]], budget=0.05, store=store, strict=strict)
+        got = sweep.bench_op(op, device="cuda", sizes=[sizes[0], sizes[2]], budget=0.05, store=store, strict=strict,
+                             on_phase=lambda text: print(f"{time.monotonic() - began:7.1f} s  {text}", flush=True))
     assert got.results and not any(r.status.failed for r in got.results), [
         (r.case_id, r.status.value, r.message) for r in got.results if r.status.failed]
     left = [w for r in got.results for w in r.warnings if "the worker was replaced" in w]

@@ -49,6 +49,7 @@ BUILD_TIMEOUT_ENV = "KERNELKIT_BUILD_TIMEOUT"
 BUILD_TIMEOUT = 900.0  # loading the op and building its kernels (a cold load_inline build takes a minute)
 STARTUP_TIMEOUT = 300.0  # importing torch, triton and numba on a slow, busy machine
 LOG_TAIL_CHARS = 4000
+LEFT_TIMEOUT = 60.0  # for the worker's word on what a job left (a snapshot, maybe a garbage collection)
 DEATH_POLL_S = 0.25  # how often a busy worker's exit status is looked at
 LOG_READ_BYTES = 4 * LOG_TAIL_CHARS  # the most of a worker's log ever read: its tail, however much was printed
 MAX_MEMORY_ENV = "KERNELKIT_MAX_MEMORY"  # bytes a worker may hold (--max-memory); workers read it when they start
@@ -224,13 +225,11 @@ class Worker:
         if reply == _BUILT:
             limit = limit or getattr(job, "limit", "") or f"the case limit, --timeout {timeout:g}"
             reply = self._await(job, timeout, f" ({limit}; raise it if the case is only slow)")
-        changed: list[str] = []
-        if isinstance(reply, tuple) and len(reply) == 2:  # (result, what the job left changed in the worker)
-            reply, changed = reply
         if not hasattr(reply, "status"):  # not a result: the worker's protocol is broken, the worker is suspect
             self._discard()
             reply = job.failed(self.device, Status.CRASHED, f"the worker sent {reply!r} instead of a result")
         result: JobResult = reply
+        changed = self._left() if self.process is not None else []
         if result.status.failed:
             result.log = self._log_since(offset)
         if changed:
@@ -240,6 +239,19 @@ class Worker:
             self._discard()
             self.replaced += 1
         return result
+
+    def _left(self) -> list[str]:
+        """What the last job left changed in the worker, sent after its result (the result's memory is freed
+        first: a strict check's reply holds its outputs as bytes); a worker that does not say is not reused."""
+        assert self.conn is not None
+        if self._wait(LEFT_TIMEOUT) and self.conn.poll():
+            try:
+                message = self.conn.recv()
+            except (EOFError, OSError):
+                message = None
+            if isinstance(message, _Left):
+                return message.changed
+        return ["it did not say what the job left behind"]
 
     def _await(self, job: Job, seconds: float, which: str) -> object:
         """The worker's next message; a TIMEOUT or CRASHED result when none comes (the worker is discarded).
@@ -375,6 +387,13 @@ class Worker:
 
 
 @dataclass(frozen=True)
+class _Left:
+    """The worker's word after each result: what the job left changed (empty: the worker is reusable)."""
+
+    changed: list[str]
+
+
+@dataclass(frozen=True)
 class _Relog:
     """To a parked worker taken by a new run: write your output to ``path`` from now on."""
 
@@ -447,12 +466,15 @@ def _worker_main(conn: multiprocessing.connection.Connection, device: str, log_p
             result = job.failed(device, Status.RUNTIME_ERROR, f"kernelkit's worker failed: {describe_exception(exc)}")
         sys.stdout.flush()
         sys.stderr.flush()
+        lost = bool(result.details.get("context_lost"))
+        conn.send(result)
+        del result  # before the snapshot: a result may be large (a strict check's outputs, as bytes)
         changed = hygiene.changes(before, hygiene.snapshot(device, kept_bytes(device)))
         if any("memory held" in change for change in changed):  # maybe only garbage in a reference cycle
             gc.collect()
             changed = hygiene.changes(before, hygiene.snapshot(device, kept_bytes(device)))
-        conn.send((result, changed))
-        if result.details.get("context_lost") or changed:
+        conn.send(_Left(changed))
+        if lost or changed:
             return
 
 
