@@ -27,6 +27,7 @@ RUNGS = ("cuda_naive", "cuda_coalesced", "cuda_smem", "cuda_tile1d", "cuda_tile2
 # The blocked (the tutorial's) and TMA (Hopper) kernels: each autotunes a few configs on its first call, about a
 # second of compiling each, so the persistent and split-K variants are left to `kernelkit bench matmul`.
 TRITON = ("triton_blocked", "triton_tma")
+QUICK_RUNGS, QUICK_TRITON = ("cuda_naive", "cuda_tile2d", "cuda_warptile"), ("triton_blocked",)  # --quick: the ends
 BUDGET = {"cuda": 0.5, "cpu": 0.2}  # seconds of sampling per contender
 
 
@@ -37,7 +38,8 @@ def matmul_step(ctx: DemoContext) -> Outcome:
 
     budget = BUDGET[ctx.device] / (2 if ctx.quick else 1)
     if ctx.gpu:
-        plan = [(RUNGS, FP32, "the CUDA fp32 ladder"), (TRITON, BF16, "Triton bf16")]
+        rungs, triton = (QUICK_RUNGS, QUICK_TRITON) if ctx.quick else (RUNGS, TRITON)
+        plan = [(rungs, FP32, "the CUDA fp32 ladder"), (triton, BF16, "Triton bf16")]
         size = LADDER_SIZE
         ctx.console.print(
             f"{'x'.join(map(str, size))} (M x N x K), cold mode, at most {budget:g} s of sampling each; cuBLAS is the "

@@ -354,6 +354,9 @@ def ncu_step(ctx: DemoContext) -> Outcome:
 
     if not ctx.gpu:
         return _skip(ctx, "no GPU: Nsight Compute reads the counters of a kernel running on an NVIDIA GPU")
+    if ctx.quick:
+        return _skip(ctx, f"--quick: ncu replays the kernel under the counters, about 10 s; `kernelkit ncu "
+                          f"{NCU_CASE[0]} --impl {NCU_CASE[1]} --size {NCU_CASE[2]}` shows it")
     try:
         find_ncu()
     except NcuNotFound as exc:
