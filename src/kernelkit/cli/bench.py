@@ -25,6 +25,7 @@ from kernelkit.cli.common import (
     StoreOpt,
     TargetArg,
     ThreadsOpt,
+    VerboseOpt,
     err,
     fail,
     open_store,
@@ -74,6 +75,10 @@ def bench_command(
     ray: RayOpt = None,
     store: StoreOpt = None,
     no_store: Annotated[bool, typer.Option("--no-store", help="Do not record the run.")] = False,
+    calibrate: Annotated[bool, typer.Option("--calibrate/--no-calibrate", help="% of the device's calibrated "
+                                            "ceilings (calibrated once per device, then cached); --no-calibrate "
+                                            "leaves them out.")] = True,
+    verbose: VerboseOpt = False,
     json_path: Annotated[Path | None, typer.Option("--json", help="Write every result, raw samples too.")] = None,
     csv_path: Annotated[Path | None, typer.Option("--csv", help="Write one CSV row per result.")] = None,
     plot_dir: Annotated[Path | None, typer.Option("--plot", help="Save PNG and SVG figures here: per op and dtype "
@@ -117,7 +122,7 @@ def bench_command(
                 gpus=gpus, ray=ray,
                 store=opened, command=shlex.join(["kernelkit", *sys.argv[1:]]), on_result=bar.done,
                 strict=exported if strict is None else strict, solution=solution, on_phase=bar.phase,
-                on_plan=bar.planned,
+                on_plan=bar.planned, calibrate=calibrate,
             )
     except KernelkitError as exc:
         raise fail(exc, EXIT_USAGE) from None
@@ -128,7 +133,8 @@ def bench_command(
     out.print(bench_table(shown, wide=wide))
     for line in [] if wide else note_lines(shown):
         out.print(line, highlight=False)
-    for line in skip_lines(report.results) + warning_lines(report.results) + _format_lines(target, report.results):
+    warned = warning_lines(report.results, notes_shown=not wide, verbose=verbose)
+    for line in skip_lines(report.results) + warned + _format_lines(target, report.results):
         out.print(line, highlight=False)
     from kernelkit.report.bench_table import log_lines
 

@@ -25,6 +25,7 @@ from kernelkit.cli.common import (
     TargetArg,
     ThreadsOpt,
     TimeoutOpt,
+    VerboseOpt,
     err,
     fail,
     out,
@@ -85,6 +86,7 @@ def check_command(
                                                 "own verdict too, beside kernelkit's.")] = True,
     max_memory: MaxMemoryOpt = None,
     threads: ThreadsOpt = None,
+    verbose: VerboseOpt = False,
 ) -> None:
     """Check every case (impl x size x dtype x seed) against the op's reference, each in a worker process.
 
@@ -121,7 +123,8 @@ def check_command(
             data["verdicts"] = [verdict_json(row) for row in rows]
         print(json.dumps(data, indent=2))
     else:
-        print_report(out, report.results, report.device, report.planned, report.interrupted, wide=wide)
+        print_report(out, report.results, report.device, report.planned, report.interrupted, wide=wide,
+                     verbose=verbose)
         for line in verdict_lines(rows):
             out.print(line, highlight=False)
     raise typer.Exit(_exit_code(report, strict))

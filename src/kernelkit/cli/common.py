@@ -52,6 +52,9 @@ MaxMemoryOpt = Annotated[str | None, typer.Option(
 ThreadsOpt = Annotated[int | None, typer.Option(
     "--threads", help="Torch threads of each CPU worker (default 1: on a shared or small machine more threads time "
                       "the contention, not the kernel); recorded with the run. No effect on a GPU's kernels.")]
+VerboseOpt = Annotated[bool, typer.Option("--verbose", "-v", help="Show every warning the workers raised, library "
+                                                                  "deprecations included (by default counted in one "
+                                                                  "line).")]
 RunArg = Annotated[str, typer.Argument(help="A run: an id, 'latest', or 'latest-1' for the one before.")]
 GpusOpt = Annotated[str | None, typer.Option(
     "--gpus", help="Spread the run over this host's GPUs, one worker each: all, a count (2), or indices (0,1). "

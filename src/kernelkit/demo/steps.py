@@ -241,7 +241,7 @@ def bench_impls(op_name: str, device: str, quick: bool = False) -> list[str]:
 def bench_step(ctx: DemoContext) -> Outcome:
     """bench_op of square and softmax against eager and torch.compile; one bench table each."""
     from kernelkit.jobs.bench import bench_op
-    from kernelkit.report.bench_table import bench_table, skip_lines, warning_lines
+    from kernelkit.report.bench_table import bench_table, note_lines, skip_lines, warning_lines
     from kernelkit.results import Status
 
     budget = BENCH_BUDGET[ctx.device] / (2 if ctx.quick else 1)
@@ -262,8 +262,9 @@ def bench_step(ctx: DemoContext) -> Outcome:
         if report.interrupted:
             raise KeyboardInterrupt
         shown = [r for r in report.results if r.status is not Status.SKIPPED]
-        ctx.console.print(bench_table(shown, title=_sweep_title(sweep)))
-        for line in _fastest(report.results) + skip_lines(report.results) + warning_lines(report.results):
+        ctx.console.print(bench_table(shown, title=_sweep_title(sweep), wide=False))
+        for line in _fastest(report.results) + skip_lines(report.results) + note_lines(shown) + \
+                warning_lines(report.results, notes_shown=True):
             ctx.console.print(line, highlight=False)
         ctx.console.print()
         ok = ok and report.ok

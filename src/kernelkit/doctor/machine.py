@@ -127,9 +127,12 @@ def _num(value: float) -> str:
 
 def ceilings_check(device: str) -> Check:
     """The cached ceilings (calibrated once per device, driver and torch); measuring them is `kernelkit calibrate`."""
-    from kernelkit.measure.ceilings import load_cached
+    from kernelkit.measure.ceilings import load_cached, refused
 
     ceilings = load_cached(device)
+    if ceilings is None and (why := refused(device)):
+        return Check("ceilings", "warn", f"{why}: the last calibration's timings were too noisy to keep; `kernelkit "
+                                         "calibrate --force` on a quiet machine measures again")
     if ceilings is None:
         return Check("ceilings", "warn", "not calibrated yet: `kernelkit calibrate` measures the copy bandwidth and "
                                          "matmul rates once (~15 s on a GPU) and caches them; until then results "

@@ -12,6 +12,8 @@ result's ``warnings`` (``caught_warnings``), not only into the worker's log.
 
 from __future__ import annotations
 
+import os
+import sysconfig
 import warnings
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -44,18 +46,32 @@ class Job(Protocol):
         ...
 
 
+LIBRARY_MARK = "library: "  # a warning raised in an installed library's code, not the user's or kernelkit's
+
+
 @contextmanager
 def caught_warnings(notices: list[str]) -> Iterator[None]:
     """Python warnings raised in the block, as one line each in ``notices`` (and still printed, into the worker's
-    log)."""
+    log); those raised in an installed library's code (torch's, numpy's deprecations) start with LIBRARY_MARK,
+    so a report can count them in one line instead of showing each."""
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("default")
         try:
             yield
         finally:
             for w in caught:
-                notices.append(f"{w.category.__name__}: {w.message} ({Path(w.filename).name}:{w.lineno})")
+                mark = LIBRARY_MARK if library_file(w.filename) else ""
+                notices.append(f"{mark}{w.category.__name__}: {w.message} ({Path(w.filename).name}:{w.lineno})")
                 print(warnings.formatwarning(w.message, w.category, w.filename, w.lineno), end="")
+
+
+def library_file(filename: str) -> bool:
+    """Whether ``filename`` is an installed library's (site-packages, the standard library), not kernelkit's own."""
+    path = str(Path(filename).resolve()) if filename else ""
+    if not path or f"{os.sep}kernelkit{os.sep}" in path:
+        return False
+    roots = {sysconfig.get_paths()[key] for key in ("purelib", "platlib", "stdlib")}
+    return "site-packages" in path or "dist-packages" in path or any(path.startswith(r) for r in roots)
 
 
 def unique(lines: Sequence[str]) -> list[str]:

@@ -145,7 +145,7 @@ class BenchJob:
         nbytes, flops = op.cost(inputs, los)
         working = sum(t.numel() * t.element_size() for t in (*inputs, *los) if isinstance(t, torch.Tensor))
         atol, rtol = op.tolerance_for(dtype)
-        ceilings = _ceilings(device, notices)
+        ceilings = _ceilings(device, notices) if self.settings.calibrate else None
 
         results: dict[str, BenchResult] = {}
         entries: list[tuple[BenchResult, Contender, list[Any]]] = []
@@ -268,7 +268,7 @@ def _ceilings(device: str, notices: list[str]) -> Any:
     try:
         return device_ceilings.calibrate(device)
     except Exception as exc:  # noqa: BLE001 - a result without % of ceiling beats no result
-        notices.append(f"calibration failed, results carry no % of ceiling: {describe_exception(exc)}")
+        notices.append(f"no % of ceiling: {describe_exception(exc)}")
         return None
 
 
@@ -294,6 +294,7 @@ def bench_op(
     solution: str | None = None,
     on_phase: runner.OnPhase | None = None,
     on_plan: Callable[[int], None] | None = None,
+    calibrate: bool = True,
 ) -> SweepReport:
     """Benchmark ``target`` (a built-in op name, a .py file, a KernelBench problem or level folder, a GPU MODE task
     folder; ``solution``: see target.open_target): every impl (or ``impls``) at every size and dtype.
@@ -304,7 +305,8 @@ def bench_op(
     group, not the sweep. gpus ('all', 2, '0,1'): the groups spread over one worker per GPU; ray ('auto', 'local',
     an address): over a Ray cluster's GPUs (see kernelkit.scale); each result then records its GPU.
     on_phase: told what the sweep does now ("square 4096x4096 float32: timing 6 contender(s)"), for progress;
-    on_plan: told once, before anything runs, how many results the sweep will give.
+    on_plan: told once, before anything runs, how many results the sweep will give. calibrate: False leaves % of
+    the calibrated ceilings out (no calibration is measured or read).
     strict: strict mode (README "Strict mode"; jobs/strict_bench.py); default: on when the run is stored (``store``),
     since a stored run may become a comparison's baseline, unless it is spread over GPUs or a Ray cluster (strict
     mode times on one worker; ask for it and it is refused there).
@@ -316,7 +318,7 @@ def bench_op(
     opened = open_target(target, device, solution)
     dev, source, ops = opened.device, opened.source, opened.ops
     spend = timer.default_budget(dev) if budget is None else budget
-    settings = Settings(mode=mode, budget=spend, rse_target=rse_target, graph_warm=graph_warm)
+    settings = Settings(mode=mode, budget=spend, rse_target=rse_target, graph_warm=graph_warm, calibrate=calibrate)
     report = SweepReport(device=dev, mode=mode)
     groups = plan_groups(source, ops, dev, impls, sizes, dtypes, baselines)
     if on_plan is not None:

@@ -131,7 +131,7 @@ class StrictBenchJob:
         op = load(self.source)[self.op]
         sets = [unpack(s, device) for s in self.sets]
         nbytes, flops, working = self.cost
-        ceilings = _ceilings(device, notices)
+        ceilings = _ceilings(device, notices) if self.settings.calibrate else None
         outcome = StrictBenchOutcome([])
         entries: list[tuple[BenchResult, Contender, _Rotation]] = []
         for name, role in self.contenders:

@@ -165,9 +165,12 @@ def calibrate(device: torch.device | str = "cuda", *, force: bool = False, budge
     one that noisy is measured again. A cached result comes back with ``cached`` set.
     """
     dev = _resolve(device)
-    if dev.type == "cpu" and torch.get_num_threads() != cpu_threads():
-        with _threads(cpu_threads()):  # the ceilings of the CPU workers that use them (--threads)
-            return calibrate(dev, force=force, budget=budget, bench=bench)
+    # CPU ceilings are measured with the threads of the CPU workers that use them (--threads), not this process's.
+    with _threads(cpu_threads() if dev.type == "cpu" else None):
+        return _calibrate(dev, force, budget, bench)
+
+
+def _calibrate(dev: torch.device, force: bool, budget: float, bench: Bench | None) -> Ceilings:
     device_name, key = _identity(dev)
     path = _cache_path(key)
     refusal = path.with_suffix(".refused")
@@ -186,8 +189,7 @@ def calibrate(device: torch.device | str = "cuda", *, force: bool = False, budge
             break
     else:
         reason = (f"calibration refused: the {which} ceiling's timings spread over {spread:.0%} of their median (at "
-                  f"most {MAX_SPREAD:.0%} is kept) in each of {MEASURE_TRIES} tries; the machine is busy or its "
-                  f"clocks move: calibrate again when it is idle")
+                  f"most {MAX_SPREAD:.0%} is kept) in each of {MEASURE_TRIES} tries (busy machine or moving clocks)")
         write_atomic(refusal, reason.encode())
         raise NoisyCalibration(reason)
     refusal.unlink(missing_ok=True)
@@ -198,8 +200,12 @@ def calibrate(device: torch.device | str = "cuda", *, force: bool = False, budge
 
 
 @contextlib.contextmanager
-def _threads(count: int) -> Iterator[None]:
+def _threads(count: int | None) -> Iterator[None]:
+    """torch's intra-op threads set to ``count`` for the block (None: as they are)."""
     saved = torch.get_num_threads()
+    if count is None or count == saved:
+        yield
+        return
     torch.set_num_threads(count)
     try:
         yield
@@ -212,14 +218,33 @@ class NoisyCalibration(KernelkitError):
 
 
 def _raise_recent_refusal(refusal: Path) -> None:
-    """NoisyCalibration again when a calibration was refused less than REFUSAL_SECONDS ago."""
+    """NoisyCalibration again when a calibration was refused less than REFUSAL_SECONDS ago. The message is the same
+    for every worker that reads it (when, not how long ago), so a run reports it once."""
+    when = _refused_at(refusal)
+    if when is not None:
+        raise NoisyCalibration(f"calibration refused at {when} (its timings were too noisy; `kernelkit calibrate "
+                               "--force` measures again, --no-calibrate leaves % of ceiling out quietly)")
+
+
+def _refused_at(refusal: Path) -> str | None:
+    """'17:40 UTC' when a calibration was refused less than REFUSAL_SECONDS ago; else None."""
     try:
-        age = time.time() - refusal.stat().st_mtime
-        reason = refusal.read_text()
+        stamp = refusal.stat().st_mtime
     except OSError:
-        return
-    if 0 <= age < REFUSAL_SECONDS:
-        raise NoisyCalibration(f"{reason} ({age / 60:.0f} min ago; `kernelkit calibrate --force` measures again)")
+        return None
+    if not 0 <= time.time() - stamp < REFUSAL_SECONDS:
+        return None
+    return datetime.fromtimestamp(stamp, timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+
+
+def refused(device: torch.device | str = "cuda") -> str | None:
+    """'refused (noisy, 2026-11-26 17:40 UTC)' when the last calibration of ``device`` was refused recently."""
+    try:
+        key = _identity(_resolve(device))[1]
+    except BackendUnavailable:
+        return None
+    when = _refused_at(_cache_path(key).with_suffix(".refused"))
+    return f"refused (noisy, {when})" if when else None
 
 
 def worst_spread(notes: dict[str, Any]) -> tuple[str, float]:
@@ -254,7 +279,8 @@ def _identity(dev: torch.device) -> tuple[str, str]:
     """(device name, cache key) of a resolved device."""
     name = device_name(dev)
     if dev.type == "cpu":
-        return name, f"CPU-{_slug(cpu_model())}-{torch.get_num_threads()}threads_torch-{_slug(torch.__version__)}"
+        # The threads of the CPU workers that use them (calibrate measures with those), not this process's.
+        return name, f"CPU-{_slug(cpu_model())}-{cpu_threads()}threads_torch-{_slug(torch.__version__)}"
     reader = ClockReader.open(dev.index or 0)
     driver = None
     if reader is not None:

@@ -113,6 +113,7 @@ class Settings:
     max_samples: int = MAX_SAMPLES
     launch_check: bool = True
     graph_warm: bool = False
+    calibrate: bool = True  # % of the device's calibrated ceilings (False: --no-calibrate, no ceilings at all)
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:

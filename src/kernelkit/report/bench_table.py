@@ -172,6 +172,8 @@ def note_lines(results: Sequence[BenchResult]) -> list[str]:
     for r in ordered_results(results, baselines):
         m = r.measurement if r.measurement is not None and r.measurement.samples else None
         if text := notes_text(m):
+            said = "; ".join(own_warnings(m)) if m is not None else ""
+            text = text if not said else f"{text}: {said}"
             lines.append(f"[dim]note {escape(r.case_id)}: {escape(text)}[/]")
     return lines
 
@@ -239,9 +241,15 @@ def notes_text(m: Measurement | None) -> str:
         notes.append(f"clocks at {scaling:.0%} of max")
     if m.dropped:
         notes.append(f"{m.dropped} dropped")
-    if m.warnings:
-        notes.append(f"{len(m.warnings)} warning{'s' if len(m.warnings) > 1 else ''}")
+    others = own_warnings(m)
+    if others:
+        notes.append(f"{len(others)} warning{'s' if len(others) > 1 else ''}")
     return "; ".join(notes)
+
+
+def own_warnings(m: Measurement) -> list[str]:
+    """The measurement's warnings that its notes do not already say (noisy, dropped samples)."""
+    return [w for w in m.warnings if not w.startswith("noisy:") and "samples dropped" not in w]
 
 
 def _timing_cells(m: Measurement | None) -> list[str]:
@@ -296,13 +304,14 @@ def skip_lines(results: Sequence[BenchResult]) -> list[str]:
             for (impl, reason), dtypes in reasons.items()]
 
 
-def warning_lines(results: Sequence[BenchResult]) -> list[str]:
-    """Failures, each measurement's warnings, then what the workers warned about (once each, with a count)."""
+def warning_lines(results: Sequence[BenchResult], *, notes_shown: bool = False, verbose: bool = False) -> list[str]:
+    """Failures, each measurement's warnings (unless ``notes_shown``: note_lines said them, one line per case), then
+    what the workers warned about (once each, with a count; library warnings counted unless ``verbose``)."""
     lines = [f"[red]{r.status.value}[/] {r.case_id}: {escape(r.message)}" for r in results if r.status.failed]
-    for r in results:
+    for r in [] if notes_shown else results:
         for warning in (r.measurement.warnings if r.measurement else []):
             lines.append(f"[yellow]warning[/] {r.case_id}: {escape(warning)}")
-    return lines + worker_warning_lines(results)
+    return lines + worker_warning_lines(results, verbose)
 
 
 def log_lines(results: Sequence[BenchResult], lines: int = 20) -> list[str]:

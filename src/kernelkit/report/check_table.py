@@ -76,7 +76,7 @@ def summary_line(results: Sequence[CaseResult], device: str, planned: int, inter
 
 
 def print_report(console: Console, results: Sequence[CaseResult], device: str, planned: int,
-                 interrupted: bool = False, title: str = "", *, wide: bool = False) -> None:
+                 interrupted: bool = False, title: str = "", *, wide: bool = False, verbose: bool = False) -> None:
     """The table (``wide``: with the backend and note columns; else the notes of passed cases below it), the
     details of every case that failed, the skip reasons grouped, and a summary line."""
     if results:
@@ -97,7 +97,7 @@ def print_report(console: Console, results: Sequence[CaseResult], device: str, p
         console.print("\n[dim]skipped:[/]")
         for (impl, reason), n in skipped.items():
             console.print(f"  [dim]{escape(impl)} ({n} case{'s' if n > 1 else ''}): {escape(reason)}[/]")
-    warned = worker_warning_lines(results)
+    warned = worker_warning_lines(results, verbose)
     if warned:
         console.print()
         for line in warned:
@@ -105,16 +105,26 @@ def print_report(console: Console, results: Sequence[CaseResult], device: str, p
     console.print("\n" + summary_line(results, device, planned, interrupted), highlight=False)
 
 
-def worker_warning_lines(results: Sequence[Any]) -> list[str]:
-    """What the workers warned about, once per warning, with the case it came from (and how many more)."""
+def worker_warning_lines(results: Sequence[Any], verbose: bool = False) -> list[str]:
+    """What the workers warned about, once per warning, with the case it came from (and how many more); warnings
+    from installed libraries (their deprecations) in one line with a count, each shown only when ``verbose``."""
+    from kernelkit.jobs import LIBRARY_MARK
+
     cases: dict[str, list[str]] = {}
     for r in results:
         for warning in getattr(r, "warnings", []):
             cases.setdefault(warning, []).append(r.case_id)
-    lines = []
+    lines, library = [], []
     for warning, where in cases.items():
+        if warning.startswith(LIBRARY_MARK) and not verbose:
+            library.append(warning)
+            continue
         origin = where[0] if len(where) == 1 else f"{where[0]} and {len(where) - 1} more"
-        lines.append(f"[yellow]warning[/] ({escape(origin)}): {escape(warning)}")
+        lines.append(f"[yellow]warning[/] ({escape(origin)}): {escape(warning.removeprefix(LIBRARY_MARK))}")
+    if library:
+        kinds = sorted({w.removeprefix(LIBRARY_MARK).split(":", 1)[0] for w in library})
+        lines.append(f"[dim]{len(library)} library warning{'s' if len(library) > 1 else ''} ({', '.join(kinds)}); "
+                     "--verbose shows them[/]")
     return lines
 
 
