@@ -109,6 +109,43 @@ def test_the_gate_catches_slowdowns_beyond_the_threshold_and_broken_cases(store:
     assert [c.impl for c in regressions(cmp, 0.06)] == ["broke"]
 
 
+def test_a_wide_spread_raises_the_floor_so_an_a_a_compare_of_tiny_cpu_cases_says_same(store: Store):
+    # Two runs of unchanged code, a tiny CPU case at load 2: each run's samples spread by ~30%, the medians of the
+    # two runs 40% apart (as measured on the 2-core machine). The default 25% floor would call it slower.
+    noisy_a, noisy_b = samples(1e-5, 0.25, seed=5), [1.4 * t for t in samples(1e-5, 0.25, seed=6)]
+    a, b = two_runs(store, {"tiny": (noisy_a, noisy_b)}, device="cpu")
+    (change,) = compare(store, a, b).changes
+    assert change.ratio.high < 1  # the interval alone says slower
+    assert change.verdict == "same" and change.floor > 0.4 and change.floor_from.startswith("spread (2 x IQR")
+    quiet_a, quiet_b = samples(1e-3, 0.01, seed=7), [1.4 * t for t in samples(1e-3, 0.01, seed=8)]
+    a, b = two_runs(store, {"steady": (quiet_a, quiet_b)}, device="cpu")
+    (change,) = compare(store, a, b).changes  # a steady case keeps the default floor: 40% is slower
+    assert change.verdict == "slower" and change.floor_from == "default (cpu)"
+
+
+def test_the_gate_judges_impls_not_baselines_unless_asked_and_counts_lost_cases(store: Store):
+    a_run = store.begin_run("kk", {}, device="cuda")
+    b_run = store.begin_run("kk", {}, device="cuda")
+    for impl, role in (("triton_flat", "impl"), ("compile", "baseline")):
+        for run, scale, seed in ((a_run, 1.0, 1), (b_run, 1.2, 2)):
+            r = result(impl, [scale * t for t in samples(1e-4, 0.002, seed=seed)])
+            r.role = role
+            store.add_result(run, r)
+    store.add_result(a_run, result("lost_in_b", samples(1e-4, 0.002)))  # B never ran it (killed, or removed)
+    cmp = compare(store, a_run, b_run)
+    assert [c.impl for c in regressions(cmp, 0.03)] == ["triton_flat", "lost_in_b"]
+    assert [c.impl for c in regressions(cmp, 0.03, baselines=True)] == ["triton_flat", "compile", "lost_in_b"]
+
+
+def test_a_run_b_that_lost_every_case_fails_the_gate(store: Store):
+    a_run = store.begin_run("kk", {}, device="cuda")
+    store.add_result(a_run, result("triton_flat", samples(1e-4, 0.002)))
+    store.finish_run(a_run)
+    b_run = store.begin_run("kk", {}, device="cuda")
+    store.finish_run(b_run, "interrupted")
+    assert [c.impl for c in regressions(compare(store, a_run, b_run), 0.03)] == ["triton_flat"]
+
+
 @pytest.fixture
 def gated_store(tmp_path: Path) -> Path:
     path = tmp_path / "gate.sqlite"

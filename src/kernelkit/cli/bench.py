@@ -253,10 +253,13 @@ def compare_command(
     store: StoreOpt = None,
     min_effect: Annotated[str | None, typer.Option(
         "--min-effect", help="Noise floor: smaller changes are 'same', e.g. 3%; default: the spread measured by "
-                             "`bench --repeat`, else 2% on a GPU, 25% on the CPU.")] = None,
+                             "`bench --repeat`, else 2% on a GPU, 25% on the CPU, or twice the wider run's IQR "
+                             "when that is more.")] = None,
     fail_if_slower: Annotated[str | None, typer.Option(
-        "--fail-if-slower", help="Regression gate: exit 1 when a case is slower by more than this (e.g. 3%) and "
-                                 "beyond the 95% interval, or broke.")] = None,
+        "--fail-if-slower", help="Regression gate: exit 1 when an impl's case is slower by more than this (e.g. "
+                                 "3%) and beyond the 95% interval, broke, or is missing from RUN_B.")] = None,
+    gate_baselines: Annotated[bool, typer.Option("--gate-baselines", help="The gate judges the eager and "
+                                                 "torch.compile baselines too (by default only the impls).")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the comparison as JSON to stdout.")] = False,
     wide: Annotated[bool, typer.Option("--wide", help="Every column, and notes in the table.")] = False,
 ) -> None:
@@ -275,14 +278,14 @@ def compare_command(
             result = compare(db, run_ref(run_a), run_ref(run_b), min_effect=floor)
     except (KernelkitError, ValueError) as exc:
         raise fail(exc, EXIT_USAGE) from None
-    slower = regressions(result, gate) if gate is not None else []
+    slower = regressions(result, gate, gate_baselines) if gate is not None else []
     if as_json:
         print(json.dumps(comparison_json(result, gate, slower), indent=2, default=str))
     else:
         print_comparison(out, result, wide=wide)
         if gate is not None:
             verdict = (f"[bold red]regression:[/] {len(slower)} case{'s' if len(slower) != 1 else ''} slower by more "
-                       f"than {gate:.1%} beyond the 95% interval, or broken: "
+                       f"than {gate:.1%} beyond the 95% interval, broken or lost: "
                        + ", ".join(escape(c.case) for c in slower) if slower
                        else f"[green]no regression[/] beyond {gate:.1%}")
             out.print(verdict, highlight=False)

@@ -27,6 +27,10 @@ DEFAULT_MIN_EFFECT = {"cuda": 0.02, "cpu": 0.25}
 # drift than many would.
 MIN_MEASURED_EFFECT = 0.005
 SPREAD_KEY = "run_spread"  # BenchResult.details key: (max - min) / median of the case's medians over --repeat runs
+# Without a measured between-run spread, a run whose own samples spread widely cannot tell changes of that size:
+# the floor is at least SPREAD_FACTOR x the wider of the two runs' IQR / median. Tiny CPU cases moved by -49% and
+# +41% between two runs of unchanged code at load 0.7-0.9 (2026-11-26, one torch thread); their IQR was 20-35%.
+SPREAD_FACTOR = 2.0
 
 
 @dataclass(frozen=True)
@@ -62,6 +66,7 @@ class CaseChange:
     note: str = ""
     floor: float | None = None
     floor_from: str = ""
+    role: str = "impl"  # "impl" or "baseline"
 
     @property
     def change(self) -> float | None:
@@ -127,12 +132,15 @@ def judge(ratio: Ratio, floor: float) -> str:
     return "same"
 
 
-def regressions(result: RunComparison, threshold: float) -> list[CaseChange]:
+def regressions(result: RunComparison, threshold: float, baselines: bool = False) -> list[CaseChange]:
     """The regression gate: the cases of B slower than A by more than ``threshold`` (0.03: 3%) and beyond the
-    interval, whatever the noise floor; a case that broke (timed in A, not in B) counts too."""
-    slow = [c for c in result.changes if c.ratio is not None and judge(c.ratio, threshold) == "slower"]
-    broken = [c for c in result.changes if c.ratio is None and c.median_a is not None and c.status_b is not None
-              and c.status_b != "PASSED" and c.status_b != "SKIPPED"]
+    interval, whatever the noise floor; a case that broke (passed in A, failed in B) or that B lost (passed in A,
+    missing from B) counts too. The baselines (eager, torch.compile) are the yardstick, not the code under test:
+    judged only when ``baselines``."""
+    changes = [c for c in result.changes if baselines or c.role != "baseline"]
+    slow = [c for c in changes if c.ratio is not None and judge(c.ratio, threshold) == "slower"]
+    broken = [c for c in changes if c.ratio is None and c.status_a == "PASSED" and c.status_b not in ("PASSED",
+                                                                                                     "SKIPPED")]
     return slow + broken
 
 
@@ -144,6 +152,10 @@ def floor_for(a: BenchResult, b: BenchResult, min_effect: float | None) -> tuple
     if measured:
         return max(MIN_MEASURED_EFFECT, *measured), "measured"
     device = b.device if b.device in DEFAULT_MIN_EFFECT else "cuda"
+    spread = max((r.measurement.stats.iqr_rel for r in (a, b) if r.measurement is not None and r.measurement.samples),
+                 default=0.0)
+    if math.isfinite(spread) and SPREAD_FACTOR * spread > DEFAULT_MIN_EFFECT[device]:
+        return SPREAD_FACTOR * spread, f"spread ({SPREAD_FACTOR:g} x IQR {spread:.0%})"
     return DEFAULT_MIN_EFFECT[device], f"default ({device})"
 
 
@@ -186,7 +198,7 @@ def _row(key: BenchResult, a: BenchResult | None, b: BenchResult | None, *, rati
         case=key.case_id, op=key.op, impl=key.impl, size="x".join(map(str, key.size)), dtype=key.dtype,
         mode=key.mode, status_a=a.status.value if a else None, status_b=b.status.value if b else None,
         median_a=median_a, median_b=median_b, ratio=ratio, verdict=verdict, note=note, floor=floor,
-        floor_from=floor_from,
+        floor_from=floor_from, role=key.role,
     )
 
 
