@@ -32,6 +32,32 @@ def test_ops_lists_builtin_ops_and_impls():
         assert name in result.output
 
 
+def test_ops_name_shows_one_op_and_json_lists_every_impl():
+    one = cli.invoke(app, ["ops", "softmax"])
+    assert one.exit_code == 0 and "triton_online" in one.output and "bench sizes (GPU): 8192x1000" in one.output
+    assert "square" not in one.output
+    listed = json.loads(cli.invoke(app, ["ops", "--json"]).output)
+    softmax = next(op for op in listed if op["name"] == "softmax")
+    assert {i["name"] for i in softmax["impls"]} >= {"eager", "triton_rowwise", "cuda_warp", "compile"}
+    wrong = cli.invoke(app, ["ops", "softmx"])
+    assert wrong.exit_code == 2 and "did you mean 'softmax'" in wrong.output
+
+
+@pytest.mark.parametrize("command", [["--version"], ["--help"], ["runs"], ["compare", "--help"], ["report", "--help"],
+                                     ["ops"]])
+def test_commands_that_need_no_tensor_answer_without_importing_torch(command, tmp_path):
+    # `kernelkit --version` took 8.8 s on a busy machine, most of it torch's import. `ops` reads its cached catalog
+    # (the first listing in a cache builds it, importing every op), so it is asked twice.
+    probe = ("import sys, runpy; sys.argv = ['kernelkit', *sys.argv[1:]]\n"
+             "try:\n    runpy.run_module('kernelkit', run_name='__main__')\nexcept SystemExit as e:\n    code = e.code\n"
+             "print('TORCH' if 'torch' in sys.modules else 'NO TORCH', code, file=sys.stderr)")
+    env = {**os.environ, "KERNELKIT_CACHE_DIR": os.environ.get("KERNELKIT_CACHE_DIR", str(tmp_path / "cache"))}
+    for _ in range(2 if command == ["ops"] else 1):
+        done = subprocess.run([sys.executable, "-c", probe, *command], capture_output=True, text=True, env=env,
+                              timeout=120)
+    assert done.stderr.strip().splitlines()[-1] in ("NO TORCH 0", "NO TORCH None"), done.stderr
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [

@@ -52,25 +52,76 @@ beside it (backends/triton/asm.py, backends/cuda/asm.py), profiling/asm.py only 
 cache.py are small modules every stage shares; demo/ and doctor/ are packages DESIGN.md did not plan.
 """
 
-from kernelkit.backends.compiled import compile_seconds
-from kernelkit.backends.cuda import CudaKernel, InlineExtension, cuda_kernel, load_inline
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+# Imported now, not on first use: kernelkit.doctor is also the name of a package, which a later import of one of its
+# modules would bind here in place of the function. The package imports nothing heavy until doctor() runs.
 from kernelkit.doctor import DoctorReport, doctor
-from kernelkit.errors import BackendUnavailable, CompileError, KernelkitError, LaunchError, LoadError, SpecError
-from kernelkit.jobs.bench import SweepReport, bench_op
-from kernelkit.measure.ceilings import Ceilings, calibrate
-from kernelkit.measure.measurement import BenchResult, Measurement
-from kernelkit.measure.timer import bench
-from kernelkit.profiling import nvtx
-from kernelkit.profiling.asm import AsmReport
-from kernelkit.profiling.asm import report_for as asm
-from kernelkit.profiling.codegen import GeneratedCode, codegen
-from kernelkit.profiling.ncu import NcuReport
-from kernelkit.profiling.ncu import run_ncu as ncu
-from kernelkit.profiling.torch_profiler import ProfileResult, profile
-from kernelkit.results import CaseResult, Status
-from kernelkit.runner import RunReport, check, run_cases
-from kernelkit.spec import Case, Impl, Op, op
-from kernelkit.torch_ops import torch_op
+
+if TYPE_CHECKING:  # for type checkers and editors: the same names, imported for real
+    from kernelkit.backends.compiled import compile_seconds
+    from kernelkit.backends.cuda import CudaKernel, InlineExtension, cuda_kernel, load_inline
+    from kernelkit.errors import BackendUnavailable, CompileError, KernelkitError, LaunchError, LoadError, SpecError
+    from kernelkit.jobs.bench import SweepReport, bench_op
+    from kernelkit.measure.ceilings import Ceilings, calibrate
+    from kernelkit.measure.measurement import BenchResult, Measurement
+    from kernelkit.measure.timer import bench
+    from kernelkit.profiling import nvtx
+    from kernelkit.profiling.asm import AsmReport
+    from kernelkit.profiling.asm import report_for as asm
+    from kernelkit.profiling.codegen import GeneratedCode, codegen
+    from kernelkit.profiling.ncu import NcuReport
+    from kernelkit.profiling.ncu import run_ncu as ncu
+    from kernelkit.profiling.torch_profiler import ProfileResult, profile
+    from kernelkit.results import CaseResult, Status
+    from kernelkit.runner import RunReport, check, run_cases
+    from kernelkit.spec import Case, Impl, Op, op
+    from kernelkit.torch_ops import torch_op
+
+# Where each public name lives: imported on first use (PEP 562), so `import kernelkit` and the CLI start without
+# importing torch; `from kernelkit import check` and `kk.check` work as plain imports would.
+_PUBLIC: dict[str, tuple[str, str]] = {
+    "compile_seconds": ("kernelkit.backends.compiled", "compile_seconds"),
+    "CudaKernel": ("kernelkit.backends.cuda", "CudaKernel"),
+    "InlineExtension": ("kernelkit.backends.cuda", "InlineExtension"),
+    "cuda_kernel": ("kernelkit.backends.cuda", "cuda_kernel"),
+    "load_inline": ("kernelkit.backends.cuda", "load_inline"),
+    "BackendUnavailable": ("kernelkit.errors", "BackendUnavailable"),
+    "CompileError": ("kernelkit.errors", "CompileError"),
+    "KernelkitError": ("kernelkit.errors", "KernelkitError"),
+    "LaunchError": ("kernelkit.errors", "LaunchError"),
+    "LoadError": ("kernelkit.errors", "LoadError"),
+    "SpecError": ("kernelkit.errors", "SpecError"),
+    "SweepReport": ("kernelkit.jobs.bench", "SweepReport"),
+    "bench_op": ("kernelkit.jobs.bench", "bench_op"),
+    "Ceilings": ("kernelkit.measure.ceilings", "Ceilings"),
+    "calibrate": ("kernelkit.measure.ceilings", "calibrate"),
+    "BenchResult": ("kernelkit.measure.measurement", "BenchResult"),
+    "Measurement": ("kernelkit.measure.measurement", "Measurement"),
+    "bench": ("kernelkit.measure.timer", "bench"),
+    "nvtx": ("kernelkit.profiling", "nvtx"),
+    "AsmReport": ("kernelkit.profiling.asm", "AsmReport"),
+    "asm": ("kernelkit.profiling.asm", "report_for"),
+    "GeneratedCode": ("kernelkit.profiling.codegen", "GeneratedCode"),
+    "codegen": ("kernelkit.profiling.codegen", "codegen"),
+    "NcuReport": ("kernelkit.profiling.ncu", "NcuReport"),
+    "ncu": ("kernelkit.profiling.ncu", "run_ncu"),
+    "ProfileResult": ("kernelkit.profiling.torch_profiler", "ProfileResult"),
+    "profile": ("kernelkit.profiling.torch_profiler", "profile"),
+    "CaseResult": ("kernelkit.results", "CaseResult"),
+    "Status": ("kernelkit.results", "Status"),
+    "RunReport": ("kernelkit.runner", "RunReport"),
+    "check": ("kernelkit.runner", "check"),
+    "run_cases": ("kernelkit.runner", "run_cases"),
+    "Case": ("kernelkit.spec", "Case"),
+    "Impl": ("kernelkit.spec", "Impl"),
+    "Op": ("kernelkit.spec", "Op"),
+    "op": ("kernelkit.spec", "op"),
+    "torch_op": ("kernelkit.torch_ops", "torch_op"),
+}
 
 __version__ = "0.1.0"
 
@@ -115,3 +166,18 @@ __all__ = [
     "ncu",
     "torch_op",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """The public name ``name``, imported from its module on first use (then kept in this module)."""
+    if name not in _PUBLIC:
+        raise AttributeError(f"module 'kernelkit' has no attribute {name!r}")
+    module, attr = _PUBLIC[name]
+    owner = importlib.import_module(module)
+    value = getattr(owner, attr) if hasattr(owner, attr) else importlib.import_module(f"{module}.{attr}")
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_PUBLIC))

@@ -6,6 +6,10 @@ import enum
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+# The baselines every op has without registering them (spec.BASELINES says what each is): here, where every layer
+# and the CLI can read the names without importing torch.
+BASELINE_NAMES = ("eager", "compile")
+
 
 class Status(str, enum.Enum):
     """How a case ended. Never a bare boolean: each failure says which way it failed."""

@@ -25,12 +25,13 @@ import torch
 
 from kernelkit import backends
 from kernelkit.errors import SpecError
+from kernelkit.results import BASELINE_NAMES
 
 # The baselines every impl is compared with, each derived from the op's reference by the backend of the same name:
 # eager, the reference as written (backends/eager.py), and compile, torch.compile of it (backends/compiled.py). An
 # impl the op registers under one of these names replaces the derived one. A benchmark times both beside the
 # impls and reports each impl's speedup over each.
-BASELINES = ("eager", "compile")
+BASELINES = BASELINE_NAMES  # kept in results.py, which the light modules (reports, the CLI) import without torch
 # The baselines an op lists among its impls (op.all_impls(), ``--impl compile`` in a check): the derived eager one
 # is the reference itself, which a check would only compare with itself.
 LISTED_BASELINES = ("compile",)

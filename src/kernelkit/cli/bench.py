@@ -79,7 +79,8 @@ def bench_command(
                                             "ceilings (calibrated once per device, then cached); --no-calibrate "
                                             "leaves them out.")] = True,
     verbose: VerboseOpt = False,
-    json_path: Annotated[Path | None, typer.Option("--json", help="Write every result, raw samples too.")] = None,
+    json_path: Annotated[Path | None, typer.Option("--json", help="Write every result, raw samples too, to this "
+                                                   "file (- : to stdout, instead of the table).")] = None,
     csv_path: Annotated[Path | None, typer.Option("--csv", help="Write one CSV row per result.")] = None,
     plot_dir: Annotated[Path | None, typer.Option("--plot", help="Save PNG and SVG figures here: per op and dtype "
                                                   "the rate against size, the roofline and the peak memory (where "
@@ -130,16 +131,17 @@ def bench_command(
         if opened is not None:
             opened.close()
     shown = [r for r in report.results if r.status is not Status.SKIPPED]
-    out.print(bench_table(shown, wide=wide))
+    screen = err if json_path is not None and str(json_path) == "-" else out  # stdout holds the JSON alone
+    screen.print(bench_table(shown, wide=wide))
     for line in [] if wide else note_lines(shown):
-        out.print(line, highlight=False)
+        screen.print(line, highlight=False)
     warned = warning_lines(report.results, notes_shown=not wide, verbose=verbose)
     for line in skip_lines(report.results) + warned + _format_lines(target, report.results):
-        out.print(line, highlight=False)
+        screen.print(line, highlight=False)
     from kernelkit.report.bench_table import log_lines
 
     for line in log_lines(report.results):
-        out.print(line, highlight=False, soft_wrap=True)
+        screen.print(line, highlight=False, soft_wrap=True)
     _write_outputs(report.results, report.env, json_path, csv_path, plot_dir)
     if report.store_error:
         kept = (f"every result of this run is in {report.recovery}" if report.recovery else
@@ -198,7 +200,9 @@ def _write_outputs(results: list, env: dict, json_path: Path | None, csv_path: P
                    plot_dir: Path | None) -> None:
     from kernelkit.report import export
 
-    if json_path is not None:
+    if json_path is not None and str(json_path) == "-":  # --json -: the document on stdout, instead of the table
+        sys.stdout.write(export.json_text(results, env=env))
+    elif json_path is not None:
         err.print(f"wrote {export.write_json(results, json_path, env=env)}", highlight=False)
     if csv_path is not None:
         err.print(f"wrote {export.write_csv(results, csv_path)}", highlight=False)
@@ -234,8 +238,11 @@ def calibrate_command(
 def runs_command(
     store: StoreOpt = None,
     limit: Annotated[int, typer.Option(help="How many runs, newest first.")] = 20,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the runs as JSON to stdout.")] = False,
 ) -> None:
     """List stored benchmark runs."""
+    import dataclasses
+
     from kernelkit.report.runs_table import runs_table
 
     try:
@@ -244,6 +251,9 @@ def runs_command(
             path = db.path
     except KernelkitError as exc:
         raise fail(exc, EXIT_USAGE) from None
+    if as_json:
+        print(json.dumps({"store": str(path), "runs": [dataclasses.asdict(r) for r in rows]}, indent=2, default=str))
+        return
     out.print(runs_table(rows, path))
 
 

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import contextlib
 import json
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.table import Table
 
 from kernelkit.cli.common import (
+    DEFAULT_TIMEOUT,
     EXIT_FAILED,
     EXIT_INTERRUPTED,
     EXIT_USAGE,
@@ -37,7 +38,9 @@ from kernelkit.cli.common import (
 from kernelkit.cli.guard import json_stdout, set_max_memory, set_threads
 from kernelkit.errors import KernelkitError
 from kernelkit.report.progress import run_bar
-from kernelkit.runner import DEFAULT_TIMEOUT, RunReport, check
+
+if TYPE_CHECKING:
+    from kernelkit.runner import RunReport
 
 
 def register(app: typer.Typer) -> None:
@@ -45,22 +48,36 @@ def register(app: typer.Typer) -> None:
     app.command("check")(check_command)
 
 
-def ops_command() -> None:
-    """List the built-in ops and their impls."""
-    from kernelkit.ops import BUILTIN_OPS
+def ops_command(
+    name: Annotated[str | None, typer.Argument(help="One op: its sizes, dtypes and every impl.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the ops as JSON to stdout.")] = False,
+) -> None:
+    """List the built-in ops and their impls (NAME: one op in full)."""
+    from kernelkit.errors import did_you_mean
+    from kernelkit.ops.catalog import catalog
     from kernelkit.report.check_table import SHORT_DTYPES
-    from kernelkit.spec import dtype_name
-    from kernelkit.target import open_target
 
-    table = Table(title="built-in ops", title_justify="left")
-    for name in ("op", "impl", "backend", "dtypes", "what it is"):
-        table.add_column(name, overflow="fold", max_width=34 if name == "what it is" else None)  # fits 120 columns
-    for name in BUILTIN_OPS:
-        op = open_target(name).op()
-        for impl in op.all_impls().values():  # the registered impls, then the `compile` baseline
-            dtypes = ", ".join(SHORT_DTYPES.get(dtype_name(d), dtype_name(d)) for d in (impl.dtypes or op.dtypes))
-            table.add_row(name, impl.name, impl.backend, dtypes, impl.description)
+    ops = catalog()
+    if name is not None:
+        ops = [op for op in ops if op["name"] == name]
+        if not ops:
+            raise fail(KernelkitError(f"no built-in op {name!r}{did_you_mean(name, [o['name'] for o in catalog()])}"
+                                      "; `kernelkit ops` lists them"), EXIT_USAGE)
+    if as_json:
+        print(json.dumps(ops, indent=2))
+        return
+    short = lambda dtypes: ", ".join(SHORT_DTYPES.get(d, d) for d in dtypes)
+    table = Table(title="built-in ops" if name is None else f"{name}: {ops[0]['description']}", title_justify="left")
+    for column in ("op", "impl", "backend", "dtypes", "what it is"):
+        table.add_column(column, overflow="fold", max_width=34 if column == "what it is" else None)  # 120 columns
+    for op in ops:
+        for impl in op["impls"]:  # the registered impls, then the `compile` baseline
+            table.add_row(op["name"], impl["name"], impl["backend"], short(impl["dtypes"]), impl["description"])
     out.print(table)
+    if name is not None:
+        sizes = lambda sizes: ", ".join("x".join(map(str, s)) for s in sizes)
+        out.print(f"sizes (check on a GPU): {sizes(ops[0]['sizes'])}\nbench sizes (GPU): {sizes(ops[0]['bench_sizes'])}"
+                  f"\nCPU sizes: {sizes(ops[0]['cpu_sizes'])}\ndtypes: {short(ops[0]['dtypes'])}", highlight=False)
 
 
 def check_command(
@@ -147,6 +164,8 @@ def _run_check(
     seeds: int, timeout: float, quiet: bool, strict: bool = False,
     gpus: str | None = None, ray: str | None = None, solution: str | None = None,
 ) -> RunReport:
+    from kernelkit.runner import check
+
     try:
         size_list, dtype_list = parse_sizes(sizes), parse_dtypes(dtypes)
         with run_bar(err, "checking", quiet) as bar:

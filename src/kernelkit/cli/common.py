@@ -12,11 +12,11 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from kernelkit.errors import KernelkitError
-from kernelkit.spec import Size, parse_dtype, parse_size
 
 if TYPE_CHECKING:
     import torch
 
+    from kernelkit.spec import Size
     from kernelkit.store import Store
 
 # Piped output gets a wide page rather than rich's 80 columns, so tables stay one line per case.
@@ -26,6 +26,7 @@ err = Console(stderr=True)
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 EXIT_NOT_STORED = 3  # the results store failed mid-run: the results are in a recovery file, not the store
 EXIT_ERROR = 4  # kernelkit or its environment failed (a message names it; the full trace is in a file)
+DEFAULT_TIMEOUT = 60.0  # seconds per checked case: runner.DEFAULT_TIMEOUT, without importing the runner (torch)
 
 TargetArg = Annotated[str, typer.Argument(help="A built-in op name (see `kernelkit ops`), a .py file of ops, a "
                                               "KernelBench problem file or folder of them, or a GPU MODE task folder.")]
@@ -85,6 +86,8 @@ def parse_sizes(text: str | None) -> list[Size]:
         return []
     if not text.strip(" ,"):
         raise KernelkitError("--sizes is empty; give shapes such as 64x48,1823x781, or leave it out for the op's own")
+    from kernelkit.spec import parse_size  # imports torch: only once a command parses sizes
+
     sizes = [parse_size(s) for s in text.split(",")]
     for size in sizes:
         if 0 in size:
@@ -95,6 +98,8 @@ def parse_sizes(text: str | None) -> list[Size]:
 
 def parse_dtypes(text: str | None) -> list[torch.dtype]:
     """'float32,bf16' -> [torch.float32, torch.bfloat16]; None -> [] (the op's own)."""
+    from kernelkit.spec import parse_dtype
+
     if text is None:
         return []
     if not text.strip(" ,"):

@@ -6,9 +6,8 @@ from typing import Annotated
 
 import typer
 
-from kernelkit.cli.common import EXIT_USAGE, DeviceOpt, TimeoutOpt, fail, out
+from kernelkit.cli.common import DEFAULT_TIMEOUT, EXIT_USAGE, DeviceOpt, TimeoutOpt, fail, out
 from kernelkit.errors import KernelkitError
-from kernelkit.runner import DEFAULT_TIMEOUT
 
 
 def register(app: typer.Typer) -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.markup import escape
@@ -25,7 +25,10 @@ from kernelkit.cli.common import (
     out,
 )
 from kernelkit.errors import BackendUnavailable, CompileError, KernelkitError, describe_exception
-from kernelkit.spec import BASELINES, Impl
+from kernelkit.results import BASELINE_NAMES as BASELINES
+
+if TYPE_CHECKING:
+    from kernelkit.spec import Impl
 
 ImplOrAll = Annotated[str | None, typer.Option("--impl", "-i", help="The impl; default: every impl that can run here, "
                                                                      "in turn.")]

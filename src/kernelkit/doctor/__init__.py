@@ -14,10 +14,13 @@ the reason. Nothing here changes a GPU setting or anything else on the machine.
 from __future__ import annotations
 
 import time
+from typing import TYPE_CHECKING
 
-from kernelkit.doctor import machine, timing
+from kernelkit.doctor import timing
 from kernelkit.doctor.report import Check, DoctorReport
-from kernelkit.doctor.timing import Bench, NcuTime
+
+if TYPE_CHECKING:
+    from kernelkit.doctor.timing import Bench, NcuTime
 
 DEFAULT_BUDGET = 1.0  # seconds of sampling per reference kernel and mode
 CPU_BUDGET = 0.5
@@ -32,6 +35,7 @@ def doctor(device: str | None = None, *, ncu: bool = True, budget: float | None 
     ncu: cross-check with Nsight Compute when it is there. budget: seconds of sampling per kernel and mode
     (default 1 on a GPU, 0.5 on the CPU). bench and ncu_time replace the timer and the ncu run (tests).
     """
+    from kernelkit.doctor import machine  # imports torch: this package stays light (kernelkit imports it first)
     from kernelkit.measure import host
     from kernelkit.measure.timer import bench as timer_bench
     from kernelkit.target import resolve_device
@@ -62,6 +66,7 @@ def doctor(device: str | None = None, *, ncu: bool = True, budget: float | None 
 def _gpu_checks() -> list[Check]:
     import torch
 
+    from kernelkit.doctor import machine
     from kernelkit.measure.clocks import ClockReader
 
     index = torch.cuda.current_device()

@@ -18,8 +18,8 @@ from kernelkit.measure.measurement import SUSPECT_PCT, BenchResult, Measurement
 from kernelkit.measure.stats import NOISY_IQR, Ratio
 from kernelkit.report.check_table import stacked_status_text, status_text, worker_warning_lines
 from kernelkit.report.roofline import binding
+from kernelkit.results import BASELINE_NAMES as BASELINES
 from kernelkit.results import Status
-from kernelkit.spec import BASELINES
 
 if TYPE_CHECKING:
     from kernelkit.measure.ceilings import Ceilings

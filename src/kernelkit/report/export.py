@@ -15,7 +15,7 @@ from typing import Any
 
 from kernelkit.measure.measurement import BenchResult
 from kernelkit.report.roofline import binding
-from kernelkit.spec import BASELINES
+from kernelkit.results import BASELINE_NAMES as BASELINES
 
 SCHEMA = "kernelkit.bench/1"
 
@@ -36,11 +36,16 @@ def write_json(results: Sequence[BenchResult], path: str | Path, *, env: dict[st
 
     Non-finite floats (an undefined standard error of 2 samples) are written as null so the file is strict JSON.
     """
-    doc = {"schema": SCHEMA, "command": command, "env": env or {}, "results": [r.to_dict() for r in results]}
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(_finite(doc), indent=1, allow_nan=False, default=str) + "\n")
+    path.write_text(json_text(results, env=env, command=command))
     return path
+
+
+def json_text(results: Sequence[BenchResult], *, env: dict[str, Any] | None = None, command: str = "") -> str:
+    """``write_json``'s document as text (strict JSON, a final newline)."""
+    doc = {"schema": SCHEMA, "command": command, "env": env or {}, "results": [r.to_dict() for r in results]}
+    return json.dumps(_finite(doc), indent=1, allow_nan=False, default=str) + "\n"
 
 
 def read_json(path: str | Path) -> tuple[list[BenchResult], dict[str, Any]]:

@@ -26,8 +26,8 @@ from kernelkit.report.bench_table import (
     rate_text,
 )
 from kernelkit.report.html_plots import attr, plain
+from kernelkit.results import BASELINE_NAMES as BASELINES
 from kernelkit.results import Status
-from kernelkit.spec import BASELINES
 from kernelkit.store import CaseChange, RunComparison
 
 MESSAGE_LIMIT = 4000  # characters of one failure message kept on the page: a long traceback's end says enough
