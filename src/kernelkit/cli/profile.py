@@ -90,9 +90,18 @@ def _impls(target: str, op_name: str | None, device: str | None) -> dict[str, Im
 def _each_impl(target: str, op_name: str | None, device: str | None, run: Callable[[str], None], done: str) -> int:
     """``run`` each impl of the op in turn; one that cannot run here is listed as skipped, one that fails does not
     stop the rest. The exit code: 0 when every impl that could run did, 1 otherwise, 2 when none could run."""
+    from kernelkit import backends
+    from kernelkit.target import resolve_device
+
     names = _impls(target, op_name, device)
+    here = resolve_device(device)
     ran, failed, skipped = [], [], []
-    for name in names:
+    for name, impl in names.items():
+        if impl.backend in backends.names() and not backends.backend(impl.backend).runs_on(here):
+            # Not built just to be skipped (a load_inline extension's compile-only check takes minutes on a CPU);
+            # `kernelkit check` is where a build that cannot run is still checked.
+            skipped.append(f"{name}: {impl.backend} impls run on a GPU only; `kernelkit check` checks that it builds")
+            continue
         try:
             run(name)
         except BackendUnavailable as exc:

@@ -11,11 +11,15 @@ the last is, so its work lands in the window): a queue that runs dry between ker
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import re
 import shutil
+import sys
+import tempfile
 import warnings
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -217,7 +221,7 @@ def profile(
         shutil.copyfile(written[-1], trace_path)
 
     averages = _run(case, steps, save).key_averages()
-    table = averages.table(sort_by=_sort_key(averages, case.device), row_limit=ROW_LIMIT, max_name_column_width=60)
+    table = averages_table(averages, case.device)
     diagnosis = diagnose_launches(events_from_chrome_trace(json.loads(trace_path.read_text())))
     return ProfileResult(case.label, case.device, steps, table, trace_path, diagnosis, tuple(written))
 
@@ -229,7 +233,7 @@ def _run(case: CaseSetup, steps: int, on_trace_ready: Any) -> torch.profiler.pro
     schedule = torch.profiler.schedule(wait=WAIT_STEPS, warmup=WARMUP_STEPS, active=steps, repeat=1)
     total = WAIT_STEPS + WARMUP_STEPS + steps
     # One cycle (repeat=1): torch's notice that it clears events between cycles does not apply.
-    with warnings.catch_warnings():
+    with warnings.catch_warnings(), _without_kineto_notices():
         warnings.filterwarnings("ignore", message=".*Profiler clears events at the end of each cycle.*")
         with torch.profiler.profile(activities=activities, schedule=schedule, on_trace_ready=on_trace_ready,
                                     record_shapes=True) as prof:
@@ -242,6 +246,59 @@ def _run(case: CaseSetup, steps: int, on_trace_ready: Any) -> torch.profiler.pro
                     torch.cuda.synchronize()
                 prof.step()
     return prof
+
+
+@contextlib.contextmanager
+def _without_kineto_notices() -> Iterator[None]:
+    """Hold back kineto's native notices ('USDT: ... profiler_start', printed on stderr at every start and stop of a
+    profiler since torch 2.13, with no setting to silence them); anything else written to stderr meanwhile (the
+    impl's own output) is passed on when the block ends."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as sink:
+        os.dup2(sink.fileno(), 2)
+        try:
+            yield
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            sink.seek(0)
+            text = sink.read().decode("utf-8", "replace")
+            sys.stderr.write("".join(line for line in text.splitlines(keepends=True) if not line.startswith("USDT:")))
+            sys.stderr.flush()
+
+
+NAME_CHARS = 50  # the table's width: 50 + 4 or 6 columns of 11 = under 120 (torch's own table is 125-190 wide)
+
+
+def averages_table(averages: Any, device: str) -> str:
+    """torch.profiler's key averages as a text table that fits 120 columns: name, calls, self and total CPU time,
+    and on a GPU self and total device time; sorted by device time on a GPU, CPU time on the CPU."""
+    key = _sort_key(averages, device)
+    rows = sorted(averages, key=lambda e: getattr(e, key, 0.0), reverse=True)[:ROW_LIMIT]
+    gpu = device == "cuda"
+    device_total = "device_time_total" if key != "cuda_time_total" else "cuda_time_total"
+    device_self = "self_device_time_total" if key != "cuda_time_total" else "self_cuda_time_total"
+    header = ["calls", "self CPU", "CPU total", *(["self GPU", "GPU total"] if gpu else [])]
+    lines = [f"{'name':<{NAME_CHARS}}" + "".join(f"{h:>11}" for h in header)]
+    lines.append("-" * len(lines[0]))
+    for e in rows:
+        name = e.key if len(e.key) <= NAME_CHARS - 1 else e.key[:NAME_CHARS - 4] + "..."
+        cells = [str(e.count), _us(e.self_cpu_time_total), _us(e.cpu_time_total)]
+        if gpu:
+            cells += [_us(getattr(e, device_self, 0.0)), _us(getattr(e, device_total, 0.0))]
+        lines.append(f"{name:<{NAME_CHARS}}" + "".join(f"{c:>11}" for c in cells))
+    return "\n".join(lines)
+
+
+def _us(value: float) -> str:
+    """Microseconds as '254.3us', '143.0ms', '2.10s'."""
+    if value >= 1e6:
+        return f"{value / 1e6:.2f}s"
+    if value >= 1e3:
+        return f"{value / 1e3:.1f}ms"
+    return f"{value:.1f}us"
 
 
 def _sort_key(averages: Any, device: str) -> str:
