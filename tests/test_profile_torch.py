@@ -271,3 +271,20 @@ def test_a_tiny_triton_flat_case_on_cuda_is_launch_bound(tmp_path: Path) -> None
     data = _profile_on_gpu("1x1024", tmp_path)
     assert 0 < data["busy"] <= 1
     assert any("square_flat_kernel is launch-bound" in w for w in data["warnings"]), data
+
+
+def test_the_averages_table_fits_120_columns_on_a_gpu_and_sorts_by_device_time():
+    from types import SimpleNamespace
+
+    from kernelkit.profiling.torch_profiler import averages_table
+
+    def event(name, gpu_us):
+        return SimpleNamespace(key=name, count=5, self_cpu_time_total=12.0, cpu_time_total=1500.0,
+                               self_device_time_total=gpu_us, device_time_total=gpu_us)
+
+    events = [event("aten::copy_", 3.0), event("triton_poi_fused_mul_0" + "_very_long_name" * 6, 2.5e6)]
+    table = averages_table(events, "cuda")
+    lines = table.splitlines()
+    assert max(map(len, lines)) <= 120 and "GPU total" in lines[0]
+    assert lines[2].startswith("triton_poi_fused_mul_0") and "2.50s" in lines[2] and "1.5ms" in lines[2]
+    assert lines[3].startswith("aten::copy_") and lines[3].rstrip().endswith("3.0us")
