@@ -227,7 +227,10 @@ def calibrate_command(
     from kernelkit.target import resolve_device
 
     try:
-        ceilings = calibrate(resolve_device(device), force=force)
+        dev = resolve_device(device)
+        with run_bar(err, "calibrating") as bar:  # a cached answer is instant; measuring takes ~15-25 s
+            bar.phase(f"{dev}: copy bandwidth, then dense matmul rates per dtype (read from the cache when there)")
+            ceilings = calibrate(dev, force=force)
     except NoisyCalibration as exc:
         raise fail(exc, EXIT_FAILED) from None
     except KernelkitError as exc:
