@@ -211,9 +211,9 @@ def test_planning_names_baselines_and_keeps_registered_eager_as_the_baseline():
 @pytest.mark.parametrize(("op", "strict"), [("square", True), ("softmax", False)])
 def test_a_default_gpu_bench_replaces_no_worker(op, strict, tmp_path):
     # Every impl and both baselines in every dtype, at the op's smallest and a larger default size (softmax's keeps
-    # 1 GiB of references), timed briefly; square stored and strict, softmax plain. kernelkit's own threads and pools (the
-    # profiler, inductor's compile pool, its ptxas variable) must leave each worker reusable: before, every bench
-    # group of the demo paid a new worker, CUDA start-up, references and compiles.
+    # 1 GiB of references), timed briefly; square stored and strict, softmax plain. kernelkit's own threads and
+    # pools (the profiler, inductor's compile pool, its ptxas variable) must leave each worker reusable: before,
+    # every bench group of the demo paid a new worker, CUDA start-up, references and compiles.
     from kernelkit.target import open_target
 
     sizes = open_target(op, "cuda").op().bench_sizes_for("cuda")
