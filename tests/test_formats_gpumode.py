@@ -1,19 +1,22 @@
-"""GPU MODE leaderboard tasks as kernelkit ops: task.yml read without PyYAML, specs as sizes, the task's own seeds,
-its import layout (../utils.py), check_implementation's verdict beside kernelkit's, and exported tasks and
-submissions. CPU only; the tasks are small ones written for these tests (tests/fixtures/formats/gpumode)."""
+"""GPU MODE leaderboard tasks as kernelkit ops: task.yml read as YAML (and the errors for a bad one), specs as sizes,
+the task's own seeds, its import layout (../utils.py), check_implementation's verdict beside kernelkit's, and
+exported tasks and submissions. CPU only; the tasks are small ones written for these tests
+(tests/fixtures/formats/gpumode)."""
 
 from __future__ import annotations
 
+import shutil
 import sys
 from pathlib import Path
 
 import pytest
 import torch
+from typer.testing import CliRunner
 
 import kernelkit as kk
 from kernelkit import formats
 from kernelkit.errors import LoadError, SpecError
-from kernelkit.formats import _taskyml, gpumode
+from kernelkit.formats import gpumode
 from kernelkit.formats.jobs import VerdictJob
 from kernelkit.jobs.check import check_case
 from kernelkit.results import Status
@@ -108,30 +111,97 @@ def test_the_tasks_plain_module_names_resolve_only_while_it_loads(monkeypatch: p
         gpumode.load_task(GM)
 
 
-def test_task_yml_is_read_without_pyyaml(tmp_path: Path):
+# What GPU MODE's task.yml files use: a comment header, flow-style entries, a nested mapping (config), block text
+# whose lines look like YAML, integer timeouts. The block-style test entry is YAML too.
+TASK_YML = """# name: demo
+files:
+  - {"name": "utils.py", "source": "../utils.py"}
+
+description: |
+  Some text.
+  - a list in the text is not an entry
+
+  tests: neither is this
+
+config:
+  main: "eval.py"
+
+tests:
+  - {"n": 4, "causal": True, "case": "band", "seed": 1}
+  - {"n": 8, "causal": false, "groups": [2, 3], "seed": 2}  # a comment
+  - n: 16
+    causal: no
+    seed: 3
+
+gpus:
+  - B200
+test_timeout: 180
+ranking_by: "geom"
+"""
+
+
+def test_task_yml_is_read_as_yaml(tmp_path: Path):
     path = tmp_path / "task.yml"
-    path.write_text(
-        '# name: demo\nfiles:\n  - {"name": "utils.py", "source": "../utils.py"}\n\ndescription: |\n'
-        "  Some text.\n  - a list in the text is not an entry\n\ntests:\n"
-        '  - {"n": 4, "causal": True, "case": "band", "seed": 1}\n'
-        '  - {"n": 8, "causal": false, "groups": [2, 3], "seed": 2}  # a comment\n'
-        'gpus:\n  - B200\nranking_by: "geom"\n'
-    )
-    spec = _taskyml._read_simple_yml(path.read_text(), path)
+    path.write_text(TASK_YML)
+    spec = gpumode.read_task_yml(path)
     assert spec["tests"] == [{"n": 4, "causal": True, "case": "band", "seed": 1},
-                             {"n": 8, "causal": False, "groups": [2, 3], "seed": 2}]
+                             {"n": 8, "causal": False, "groups": [2, 3], "seed": 2},
+                             {"n": 16, "causal": False, "seed": 3}]
     assert spec["files"] == [{"name": "utils.py", "source": "../utils.py"}]
-    assert spec["gpus"] == ["B200"] and spec["ranking_by"] == "geom" and spec["description"] is None
+    assert spec["description"].splitlines() == ["Some text.", "- a list in the text is not an entry", "",
+                                                "tests: neither is this"]
+    assert spec["config"] == {"main": "eval.py"} and spec["gpus"] == ["B200"] and spec["test_timeout"] == 180
     codec = gpumode.ShapeCodec.of(spec["tests"])
     sizes = [codec.encode(t) for t in spec["tests"]]
-    assert sizes == [(4, 1, 0, 1, 0), (8, 0, 1, 2, 1)]  # n, causal, case (by index), seed, groups (by index)
+    assert sizes == [(4, 1, 0, 1, 0), (8, 0, 1, 2, 1), (16, 0, 1, 3, 0)]  # n, causal, case, seed, groups (indices)
     assert [codec.decode(s) for s in sizes] == spec["tests"]
     assert "case: 0='band', 1=None" in codec.describe()
     with pytest.raises(SpecError, match="has 5 numbers"):
         codec.decode((4, 1))
-    path.write_text("tests:\n  - {n: [1, 2}\n")
-    with pytest.raises(LoadError, match="cannot read"):
-        _taskyml._read_simple_yml(path.read_text(), path)
+    path.write_text("# nothing but a comment\n")
+    assert gpumode.read_task_yml(path) == {}
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("tests:\n  - {n: [1, 2}\n", r"task.yml:2:\d+: not valid YAML: expected ',' or ']'"),
+        ("tests:\n\t- {n: 1}\n", r"task.yml:2:1: not valid YAML: found character '\\t'"),
+        (b"ranking_by: \"g\xe9om\"\n", r"task.yml: not valid YAML: not utf-8 text \(at byte 14: invalid continuation"),
+        ("ranking_by: \"\x07\"\n", "task.yml: not valid YAML: character #x0007 at position 13 is not allowed"),
+        ("- {n: 1}\n- {n: 2}\n", "task.yml: not a GPU MODE task: its top level is a list"),
+        ("tests: {n: 1}\n", "task.yml: tests must be a list of mappings, got a dict"),
+        ("tests:\n  - {n: 1}\n  - 4\n", "task.yml: entry 2 of tests is 4, not a mapping"),
+        ("files:\n  - utils.py\n", "task.yml: entry 1 of files is 'utils.py', not a mapping"),
+    ],
+    ids=["unclosed-bracket", "tab-indent", "not-utf8", "a-control-character", "a-list", "tests-a-mapping",
+         "test-a-number", "files-names"],
+)
+def test_a_bad_task_yml_is_a_load_error_naming_the_file_and_the_problem(tmp_path: Path, text: str | bytes,
+                                                                          message: str):
+    path = tmp_path / "task.yml"
+    path.write_bytes(text if isinstance(text, bytes) else text.encode())
+    with pytest.raises(LoadError, match=message) as info:
+        gpumode.read_task_yml(path)
+    assert str(info.value).startswith(str(path)) and "\n" not in str(info.value)
+
+
+def test_an_unreadable_task_yml_says_so(tmp_path: Path):
+    (tmp_path / "task.yml").mkdir()  # what open() cannot read, even as root
+    with pytest.raises(LoadError, match=r"task.yml: cannot read it: Is a directory"):
+        gpumode.read_task_yml(tmp_path / "task.yml")
+
+
+def test_a_task_with_a_bad_task_yml_is_one_line_at_the_command_line(tmp_path: Path, fresh_cache: Path):
+    from kernelkit.cli import app
+
+    task = tmp_path / "vectoradd_py"
+    shutil.copytree(GM / "vectoradd_py", task)
+    (task / "task.yml").write_text("tests:\n  - {size: 7, seed: 4242\n")
+    result = CliRunner().invoke(app, ["check", str(task), "--device", "cpu"])
+    assert result.exit_code == 2, result.output
+    said = "".join(result.output.split())  # rich wraps long lines, also inside a path
+    assert "task.yml:3:1:notvalidYAML:expected','or'}'" in said and "Traceback" not in result.output
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the case runs where there is a GPU")
