@@ -8,32 +8,40 @@ import os
 import tempfile
 from pathlib import Path
 
+import platformdirs
+
 from kernelkit.errors import KernelkitError
 
 
 def cache_dir(*parts: str) -> Path:
     """The kernelkit cache directory (or a subdirectory of it), created on demand.
 
-    ``$KERNELKIT_CACHE_DIR`` if set, else ``$XDG_CACHE_HOME/kernelkit``, else ``~/.cache/kernelkit``.
+    ``$KERNELKIT_CACHE_DIR`` if set, else the user's cache folder as platformdirs names it
+    (``$XDG_CACHE_HOME/kernelkit`` or ``~/.cache/kernelkit`` on Linux, ``~/Library/Caches/kernelkit`` on macOS).
     Read on every call, so a test can point it elsewhere with an environment variable. Every folder created here
     is private (0o700), whatever the umask: the cache holds shared libraries that kernelkit loads. CacheDirError
     (an OSError and a KernelkitError) names the folder and the fix when it cannot be created.
     """
     root = os.environ.get("KERNELKIT_CACHE_DIR")
-    if root:
-        base = Path(root).expanduser()
-    else:
-        xdg = os.environ.get("XDG_CACHE_HOME")
-        try:
-            home = Path.home()
-        except RuntimeError as exc:  # no HOME and no passwd entry
-            raise CacheDirError(f"no home directory to keep kernelkit's cache in ({exc}); set KERNELKIT_CACHE_DIR "
-                                "to a writable folder") from None
-        base = (Path(xdg).expanduser() if xdg else home / ".cache") / "kernelkit"
+    base = Path(root).expanduser() if root else _user_cache_dir()
     path = base.joinpath(*parts)
     if not path.is_dir():
         _make_private(path)
     return path
+
+
+def _user_cache_dir() -> Path:
+    # platformdirs raises RuntimeError where it finds no home (4.x), or leaves the '~' in place (3.x).
+    try:
+        folder = Path(platformdirs.user_cache_dir("kernelkit", appauthor=False))
+    except RuntimeError as exc:
+        reason = str(exc)
+    else:
+        if folder.is_absolute():
+            return folder
+        reason = f"the user cache folder resolved to {folder}"
+    raise CacheDirError(f"no home directory to keep kernelkit's cache in ({reason}); set KERNELKIT_CACHE_DIR "
+                        "to a writable folder")
 
 
 class CacheDirError(KernelkitError, OSError):
