@@ -1,8 +1,13 @@
 """What a case may leave behind in its worker: the comparison the runner replaces a worker by."""
 
 import dataclasses
+import os
+import signal
 import subprocess
 import sys
+import time
+
+import psutil
 
 from kernelkit import hygiene
 
@@ -28,6 +33,48 @@ def test_a_process_the_case_left_running_is_a_change_but_inductors_compile_pool_
         for p in (pool, stray):
             p.kill()
             p.wait()
+
+
+def test_a_process_that_left_the_children_lists_but_stayed_in_the_group_is_a_change():
+    # A double fork without setsid (a shell's `cmd &` whose shell exits): the orphan is nobody's child here, but it is
+    # in the worker's group, where kill_group ends it with the worker.
+    before = hygiene.snapshot("cpu")
+    shell = subprocess.run(["sh", "-c", "sleep 60 >/dev/null 2>&1 & echo $!"], capture_output=True, text=True)
+    orphan = int(shell.stdout)
+    try:
+        assert orphan not in [c.pid for c in psutil.Process().children()]
+        after = hygiene.snapshot("cpu")
+        assert orphan in after.children
+        assert hygiene.changes(before, after) == ["1 process(es) it started still running"]
+    finally:
+        os.kill(orphan, signal.SIGKILL)
+
+
+def test_a_zombie_is_not_a_member_and_another_group_is_found_by_its_id():
+    exited = subprocess.Popen(["true"])
+    deadline = time.monotonic() + 10
+    while psutil.Process(exited.pid).status() != psutil.STATUS_ZOMBIE and time.monotonic() < deadline:
+        time.sleep(0.01)
+    leader = subprocess.Popen(["sh", "-c", "sleep 60 & wait"], start_new_session=True)
+    try:
+        assert exited.pid not in hygiene.group_members()  # exited, not yet waited for
+        deadline = time.monotonic() + 10
+        while len(hygiene.group_members(leader.pid)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        members = hygiene.group_members(leader.pid)
+        assert leader.pid in members and len(members) == 2  # the shell and its sleep
+        assert leader.pid not in hygiene.group_members()  # its own session: out of this group
+    finally:
+        hygiene.kill_group(leader.pid)
+        leader.wait()
+        exited.wait()
+
+
+def test_resident_bytes_follows_what_this_process_touches():
+    before = hygiene.resident_bytes()
+    block = bytearray(64 << 20)  # zero-filled: every page touched
+    assert hygiene.resident_bytes() - before > 48 << 20
+    del block
 
 
 def test_a_thread_the_case_left_is_a_change_named_but_a_librarys_own_thread_is_not():
