@@ -218,3 +218,17 @@ def test_honest_impls_of_every_built_in_op_pass_strict_mode_on_gpu(name):
     for r in report.results:
         assert r.status in (Status.PASSED, Status.SKIPPED), f"{r.case_id}: {r.status.value}: {r.message}"
     assert any(r.status is Status.PASSED for r in report.results)
+
+
+@pytest.mark.parametrize("strict", [True, False])
+def test_an_output_whose_unpickling_runs_code_runs_nothing_in_the_judge_and_fails(strict, tmp_path, monkeypatch):
+    # The worker's messages are data only (kernelkit.wire): an object from the impl reaches the judging process as
+    # its type's name, never as something to unpickle. Before, strict mode's verdict channel created this file.
+    planted = tmp_path / "created-by-the-payload"
+    monkeypatch.setenv("KERNELKIT_PAYLOAD_FILE", str(planted))
+    report = kk.check(str(CHEATS / "pickle_payload.py"), device="cpu", strict=strict)
+    results = {r.impl: r for r in report.results}
+    assert results["eager_honest"].status is Status.PASSED, results["eager_honest"].message
+    assert results["eager_payload"].status.failed and "Payload" in results["eager_payload"].message, (
+        results["eager_payload"].status, results["eager_payload"].message)
+    assert not planted.exists()

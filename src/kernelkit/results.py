@@ -6,11 +6,14 @@ import enum
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from kernelkit import wire
+
 # The baselines every op has without registering them (spec.BASELINES says what each is): here, where every layer
 # and the CLI can read the names without importing torch.
 BASELINE_NAMES = ("eager", "compile")
 
 
+@wire.register
 class Status(str, enum.Enum):
     """How a case ended. Never a bare boolean: each failure says which way it failed."""
 
@@ -41,6 +44,7 @@ class Status(str, enum.Enum):
         return self not in (Status.PASSED, Status.SKIPPED)
 
 
+@wire.register
 @dataclass(frozen=True)
 class Mismatch:
     """One element that is outside tolerance: its index and both values."""
@@ -50,6 +54,7 @@ class Mismatch:
     expected: float
 
 
+@wire.register
 @dataclass(frozen=True)
 class Comparison:
     """The outcome of comparing one output tensor with the reference."""
@@ -82,6 +87,7 @@ class Comparison:
         return text
 
 
+@wire.register
 @dataclass
 class CaseResult:
     """What happened to one case (op x impl x size x dtype x seed)."""

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from kernelkit import backends, hygiene
+from kernelkit import backends, hygiene, wire
 from kernelkit.backends import early
 from kernelkit.errors import SpecError, describe_exception
 from kernelkit.jobs import Job, JobResult, progress
@@ -246,8 +246,8 @@ class Worker:
         assert self.conn is not None
         if self._wait(LEFT_TIMEOUT) and self.conn.poll():
             try:
-                message = self.conn.recv()
-            except (EOFError, OSError):
+                message = _receive(self.conn)
+            except (EOFError, OSError, wire.WireError):
                 message = None
             if isinstance(message, _Left):
                 return message.changed
@@ -266,9 +266,11 @@ class Worker:
             if not (ready and self.conn.poll()):
                 break
             try:
-                message = self.conn.recv()
+                message = _receive(self.conn)
             except (EOFError, OSError):
                 break
+            except wire.WireError as exc:  # not a kernelkit message: the worker is not to be trusted any more
+                return f"a message that is not kernelkit's ({exc})"
             if not (isinstance(message, str) and message.startswith(_PHASE)):
                 return message
             self._phase(message[len(_PHASE):])
@@ -327,9 +329,9 @@ class Worker:
         self.conn = parent
         if self._wait(STARTUP_TIMEOUT) and parent.poll():
             try:
-                parent.recv()
+                _receive(parent)
                 return ""
-            except (EOFError, OSError):
+            except (EOFError, OSError, wire.WireError):
                 pass
         problem = self._death_message() + self._log_since(0)
         self._discard()
@@ -386,6 +388,17 @@ class Worker:
         self._discard()
 
 
+def _send(conn: multiprocessing.connection.Connection, message: object) -> None:
+    """A worker's message to its runner, as data only (kernelkit.wire): the runner unpickles nothing it sends."""
+    conn.send_bytes(wire.encode(message))
+
+
+def _receive(conn: multiprocessing.connection.Connection) -> object:
+    """The worker's next message, decoded as data (kernelkit.wire): tensors, plain values, kernelkit's result types."""
+    return wire.decode(conn.recv_bytes())
+
+
+@wire.register
 @dataclass(frozen=True)
 class _Left:
     """The worker's word after each result: what the job left changed (empty: the worker is reusable)."""
@@ -441,14 +454,14 @@ def _worker_main(conn: multiprocessing.connection.Connection, device: str, log_p
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
     _redirect_output(log_path)
     faulthandler.enable()  # a segfault prints the Python stack (the user's line) into the log
-    progress.install(lambda text: conn.send(_PHASE + text))
+    progress.install(lambda text: _send(conn, _PHASE + text))
     backends.prepare_process(device)
     if device == "cuda":
         torch.cuda.init()  # once, before the first job: each job's before and after snapshots then see CUDA alike
     else:
         torch.set_num_threads(cpu_threads())  # CPU timings: one thread unless --threads (measure/host.py says why)
     _limit_memory(device)
-    conn.send("ready")
+    _send(conn, "ready")
     while True:
         try:
             job: Job | None = conn.recv()
@@ -461,19 +474,19 @@ def _worker_main(conn: multiprocessing.connection.Connection, device: str, log_p
             continue
         before = hygiene.snapshot(device, kept_bytes(device))
         try:
-            result = job.execute(device, lambda: conn.send(_BUILT))
+            result = job.execute(device, lambda: _send(conn, _BUILT))
         except Exception as exc:  # noqa: BLE001 - a job's own failure is its result, the worker lives on
             result = job.failed(device, Status.RUNTIME_ERROR, f"kernelkit's worker failed: {describe_exception(exc)}")
         sys.stdout.flush()
         sys.stderr.flush()
         lost = bool(result.details.get("context_lost"))
-        conn.send(result)
+        _send(conn, result)
         del result  # before the snapshot: a result may be large (a strict check's outputs, as bytes)
         changed = hygiene.changes(before, hygiene.snapshot(device, kept_bytes(device)))
         if any("memory held" in change for change in changed):  # maybe only garbage in a reference cycle
             gc.collect()
             changed = hygiene.changes(before, hygiene.snapshot(device, kept_bytes(device)))
-        conn.send(_Left(changed))
+        _send(conn, _Left(changed))
         if lost or changed:
             return
 

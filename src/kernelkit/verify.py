@@ -22,6 +22,7 @@ from typing import Any
 import torch
 
 from kernelkit.results import Comparison, Mismatch, Status
+from kernelkit.wire import Opaque
 
 MAX_MISMATCHES_SHOWN = 5
 
@@ -134,7 +135,8 @@ def check_structure(outs: Sequence[Any], expected: Sequence[Any]) -> Verdict | N
     for i, (out, exp) in enumerate(zip(outs, expected, strict=True)):
         name = f"output {i}" if len(outs) > 1 else "output"
         if not isinstance(out, torch.Tensor):
-            return Verdict(Status.INCORRECT_SHAPE, f"{name} is a {type(out).__name__}, expected a tensor")
+            kind = out.type_name if isinstance(out, Opaque) else type(out).__name__  # Opaque: not sent, only named
+            return Verdict(Status.INCORRECT_SHAPE, f"{name} is a {kind}, expected a tensor")
         if out.shape != exp.shape:
             return Verdict(Status.INCORRECT_SHAPE, f"{name} has shape {tuple(out.shape)}, expected {tuple(exp.shape)}")
         if out.dtype != exp.dtype:

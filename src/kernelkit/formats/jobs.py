@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from kernelkit import wire
 from kernelkit.errors import describe_exception
 from kernelkit.formats import gpumode, kernelbench
 from kernelkit.formats.sources import detect
@@ -30,6 +31,7 @@ from kernelkit.results import Status
 from kernelkit.spec import parse_dtype
 
 
+@wire.register
 @dataclass
 class VerdictOutcome:
     """``status`` PASSED when the verdict was reached (whatever it says, see ``verdict``); else why it was not."""

@@ -20,11 +20,13 @@ from typing import Any, Protocol
 import numpy
 import torch
 
+from kernelkit import wire
 from kernelkit.errors import LoadError, describe_exception
 from kernelkit.formats import gpumode, kernelbench
 from kernelkit.results import Status
 
 
+@wire.register
 @dataclass(frozen=True)
 class KernelBenchVerdict:
     """KernelBench's verdict: ``compiled`` (the solution imported and ModelNew was built), ``correct``."""
@@ -118,6 +120,7 @@ def _trials(problem: kernelbench.Problem, original: Any, custom: Any, process: A
     return KernelBenchVerdict(True, passed == trials, passed, trials, tol, message, tuple(diffs))
 
 
+@wire.register
 @dataclass(frozen=True)
 class GpuModeTest:
     spec: dict[str, Any]
@@ -125,6 +128,7 @@ class GpuModeTest:
     message: str = ""
 
 
+@wire.register
 @dataclass(frozen=True)
 class GpuModeVerdict:
     """GPU MODE's test verdict: every test spec passed check_implementation."""

@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 
-from kernelkit import backends, errors, runner, verify
+from kernelkit import backends, errors, runner, verify, wire
 from kernelkit.backends import early
 from kernelkit.errors import BackendUnavailable, InputError, describe_exception
 from kernelkit.jobs import OnBuilt, caught_warnings, progress, unique
@@ -66,6 +66,7 @@ class SweepReport:
                 and not any(r.status.failed for r in self.results))
 
 
+@wire.register
 @dataclass
 class BenchOutcome:
     """A BenchJob's answer from the worker: one BenchResult per contender, and what the worker warned about."""

@@ -160,7 +160,7 @@ def is_poison(t: torch.Tensor) -> bool:
     """Every byte of ``t`` is still the poison GuardedAllocations wrote: the output was never written."""
     if t.numel() == 0 or t.dtype == torch.bool:
         return False
-    raw = t.detach().contiguous().view(torch.uint8) if t.element_size() else t
+    raw = t.detach().contiguous().reshape(-1).view(torch.uint8) if t.element_size() else t  # a 0-dim tensor too
     return bool((raw == POISON).all())
 
 
@@ -289,7 +289,7 @@ def _same_bytes(a: torch.Tensor, b: torch.Tensor) -> bool:
         return False
     if a.numel() == 0:
         return True
-    return bool(torch.equal(a.contiguous().view(torch.uint8), b.contiguous().view(torch.uint8)))
+    return bool(torch.equal(a.contiguous().reshape(-1).view(torch.uint8), b.contiguous().reshape(-1).view(torch.uint8)))
 
 
 def reachable_float64(shape: torch.Size) -> int:

@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 
-from kernelkit import verify
+from kernelkit import verify, wire
 from kernelkit.errors import describe_exception
 from kernelkit.jobs import OnBuilt, caught_warnings, unique
 from kernelkit.jobs import check as check_module
@@ -39,6 +39,7 @@ KEPT = 4
 RANGES = 24  # call numbers drawn in [2^j, 2^(j+1)) for j < RANGES: up to 16M timed calls
 
 
+@wire.register
 @dataclass
 class StrictBenchOutcome:
     results: list[BenchResult]

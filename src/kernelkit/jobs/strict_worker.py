@@ -7,14 +7,13 @@ the outputs and inputs as bytes and what the guards saw. It never holds a refere
 
 from __future__ import annotations
 
-import io
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
-from kernelkit import backends
+from kernelkit import backends, wire
 from kernelkit.errors import BackendUnavailable, CompileError, describe_exception
 from kernelkit.jobs import OnBuilt, caught_warnings, guards, unique
 from kernelkit.results import Status
@@ -29,39 +28,25 @@ UNGUARDED_BACKENDS = ("compile",)  # kernelkit's own baseline: torch.compile run
 
 
 def pack(values: Sequence[Any]) -> bytes:
-    """Values as bytes: each tensor with its whole storage, strides and offset (so its layout survives), moved
-    to the CPU; other values as they are. No storage is shared with the receiver."""
-    items = []
-    for v in values:
-        if isinstance(v, torch.Tensor):
-            raw = torch.empty(0, dtype=torch.uint8, device=v.device).set_(v.detach().untyped_storage())
-            items.append(("tensor", raw.cpu(), v.dtype, tuple(v.shape), v.stride(), v.storage_offset(), str(v.device)))
-        else:
-            items.append(("value", v))
-    buffer = io.BytesIO()
-    torch.save(items, buffer)
-    return buffer.getvalue()
+    """Values as bytes (kernelkit.wire): each tensor with its whole storage, strides and offset (so its layout
+    survives); plain values as they are; anything else only by its type's name. Nothing in them is unpickled or
+    run by the receiver, and no storage is shared with it."""
+    return wire.encode(tuple(values))
 
 
 def unpack(data: bytes, device: str | None = None) -> tuple[Any, ...]:
-    """``pack``'s values, each tensor on ``device`` (default: where it was)."""
-    items = torch.load(io.BytesIO(data), weights_only=False)
-    values: list[Any] = []
-    for item in items:
-        if item[0] != "tensor":
-            values.append(item[1])
-            continue
-        _, raw, dtype, shape, stride, offset, where = item
-        target = torch.device(device or where)
-        t = torch.empty(0, dtype=dtype, device=target)
-        t.set_(raw.to(target).untyped_storage(), offset, shape, stride)
-        values.append(t)
-    return tuple(values)
+    """``pack``'s values, each tensor on ``device`` (default: where it was); an object that was not sent comes back
+    as a wire.Opaque naming its type."""
+    values = wire.decode(data, device)
+    if not isinstance(values, tuple):
+        raise wire.WireError(f"packed values are a tuple, not {type(values).__name__}")
+    return values
 
 
 # ---- the worker's side ----------------------------------------------------------------------------------------
 
 
+@wire.register
 @dataclass
 class CallRecord:
     """What the worker saw of one call."""
@@ -80,6 +65,7 @@ class CallRecord:
     kernels: list[tuple[str, float, int]] = field(default_factory=list)  # (name, device us, stream) on a GPU
 
 
+@wire.register
 @dataclass
 class StrictReply:
     """The worker's answer to a StrictCallJob: a status only when the impl could not be run at all."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from kernelkit import wire
 from kernelkit.measure.stats import Ratio, Stats, summarize
 from kernelkit.results import Status
 
@@ -16,6 +17,7 @@ MODES = ("cold", "hot", "graph", "kernel")
 SUSPECT_PCT = 105.0  # above this % of a measured ceiling the kernel skipped work or the cost model is wrong
 
 
+@wire.register
 @dataclass
 class Ceiling:
     """A result's rates against the device's measured ceilings (see measure.ceilings.calibrate)."""
@@ -31,6 +33,7 @@ class Ceiling:
         return any(p is not None and p > SUSPECT_PCT for p in (self.pct_bandwidth, self.pct_flops))
 
 
+@wire.register
 @dataclass
 class Measurement:
     """Timing samples of one callable, in seconds per call, and how they were taken.
@@ -100,6 +103,7 @@ class Measurement:
         return cls(**fields)
 
 
+@wire.register
 @dataclass
 class BenchResult:
     """One benchmarked case: an impl or a baseline of an op at one size and dtype, and what timing it gave.

@@ -13,11 +13,14 @@ from typing import Any
 
 import numpy as np
 
+from kernelkit import wire
+
 NOISY_IQR = 0.10  # IQR/median at or above this: the result carries a noise warning
 CONFIDENCE = 0.95
 BOOTSTRAP_RESAMPLES = 2000
 
 
+@wire.register
 @dataclass(frozen=True)
 class Stats:
     """A summary of n timing samples, in seconds."""
@@ -97,6 +100,7 @@ def summarize(samples: Sequence[float]) -> Stats:
     )
 
 
+@wire.register
 @dataclass(frozen=True)
 class Ratio:
     """``baseline / candidate`` of medians with a bootstrap confidence interval: > 1 means the candidate is faster."""

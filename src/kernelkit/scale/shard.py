@@ -25,7 +25,7 @@ from math import prod
 from pathlib import Path
 from typing import Any, Protocol
 
-from kernelkit import runner
+from kernelkit import runner, wire
 from kernelkit.errors import describe_exception
 from kernelkit.jobs import Job, JobResult
 from kernelkit.jobs.check import CheckJob
@@ -103,6 +103,7 @@ def drain(run: GroupRun, device: str, status: Status, message: str) -> list[Any]
     return out
 
 
+@wire.register
 @dataclass
 class ProbeResult:
     status: Status
