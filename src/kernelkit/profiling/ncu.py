@@ -3,8 +3,10 @@
     report = run_ncu("square", "triton_flat", size="8192x8192", dtype="float32")   # or: kernelkit ncu ...
 
 The case runs in a fresh process (``python -m kernelkit.profiling.ncu_driver``) that warms it up outside an NVTX
-push/pop range and calls it once inside; ncu profiles only the kernels inside that range, exports one report,
-and the report is read back twice (raw page: metrics; details page: rule findings), so the kernel is profiled once.
+push/pop range and calls it once inside; ncu profiles only the kernels inside that range and exports one report,
+so the kernel is profiled once. The report is read with NVIDIA's ncu_report module from the same Nsight Compute
+install where it imports (ncu_rep.py), else read back twice as CSV (raw page: metrics; details page: rule findings;
+ncu_csv.py). ``NcuReport.reader`` says which, and why not ncu_report.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from kernelkit import target as targets
 from kernelkit.errors import BackendUnavailable, KernelkitError
+from kernelkit.profiling import ncu_rep
 from kernelkit.profiling.ncu_csv import NcuKernel, parse_pages
 from kernelkit.spec import Size, dtype_name
 
@@ -37,6 +40,7 @@ NCU_SEARCH_GLOBS: tuple[str, ...] = ("/usr/local/cuda*/bin/ncu", "/opt/nvidia/ns
 # needs rights a shared machine may not give).
 CLOCK_CONTROL = ("--clock-control", "none")
 DEFAULT_SET = "basic"  # ncu's own default set, named so that --metrics adds to it instead of replacing it
+READER_NCU_REPORT, READER_CSV = "ncu_report", "csv"  # how a report was read (NcuReport.reader)
 RANGE_PREFIX = "kernelkit:"
 _NVTX_QUANTIFIERS = re.compile(r"[@,\[\]/*+\\]")  # characters with a meaning in --nvtx-include expressions
 PERMISSION_HELP = (
@@ -81,11 +85,13 @@ class NcuReport:
     kernels: list[NcuKernel]
     output: str
     report_path: str | None = None
+    reader: str = READER_CSV  # READER_NCU_REPORT, or READER_CSV and why not ncu_report
 
     def to_dict(self) -> dict[str, Any]:
         return {"case": self.case, "nvtx_range": self.nvtx_range, "ncu": self.ncu, "set": self.section_set,
                 "metrics": self.metrics, "command": self.command, "report_path": self.report_path,
-                "ncu_messages": ncu_messages(self.output), "kernels": [k.to_dict(self.metrics) for k in self.kernels]}
+                "reader": self.reader, "ncu_messages": ncu_messages(self.output),
+                "kernels": [k.to_dict(self.metrics) for k in self.kernels]}
 
 
 def _version_key(path: str) -> tuple[int, ...]:
@@ -217,19 +223,37 @@ def run_ncu(target: str, impl: str, *, op_name: str | None = None, size: Size | 
         profiled = _run(command, timeout, env)
         output = profiled.stdout + profiled.stderr
         check_profile_output(output, profiled.returncode, report, range_name)
-        pages = []
-        for read_back in import_commands(ncu_path, report):
-            done = _run(read_back, timeout, {**os.environ, "LC_ALL": "C"})  # C locale: '1,234.5' numbers
-            if done.returncode != 0:
-                raise NcuError(f"ncu could not read its report back (exit {done.returncode}): "
-                               f"{' '.join(read_back)}\n{done.stderr[-2000:]}", output)
-            pages.append(done.stdout)
+        kernels, reader = read_report(ncu_path, report, timeout, output)
         kept = None
         if export:
             kept = str(shutil.copyfile(report, Path(export).with_suffix(".ncu-rep")))
-    kernels = parse_pages(*pages)
     if not kernels:
         raise NcuNoKernels(f"ncu's report of {label} lists no kernel; ncu said:\n"
                            f"{chr(10).join(ncu_messages(output)) or output[-2000:]}", output)
     return NcuReport(label, range_name, str(ncu_path), section_set or DEFAULT_SET, list(metrics), command,
-                     kernels, output, kept)
+                     kernels, output, kept, reader)
+
+
+def read_report(ncu: str | Path, report: str | Path, timeout: float = 600.0,
+                output: str = "") -> tuple[list[NcuKernel], str]:
+    """The kernels of ``report`` and the reader that read them: NVIDIA's ncu_report from the install of ``ncu``
+    where it imports and reads the report ('ncu_report'), else ncu's CSV pages ('csv (why not ncu_report)')."""
+    module, why_not = ncu_rep.load_module(Path(ncu))
+    if module is not None:
+        try:
+            return ncu_rep.read_report(module, report), READER_NCU_REPORT
+        except ncu_rep.ReportReadError as exc:
+            why_not = str(exc)
+    return read_csv_pages(ncu, report, timeout, output), f"{READER_CSV} ({why_not})"
+
+
+def read_csv_pages(ncu: str | Path, report: str | Path, timeout: float = 600.0, output: str = "") -> list[NcuKernel]:
+    """The kernels of ``report`` from ncu's raw and details CSV pages (two ``ncu --import`` runs)."""
+    pages = []
+    for read_back in import_commands(ncu, report):
+        done = _run(read_back, timeout, {**os.environ, "LC_ALL": "C"})  # C locale: '1,234.5' numbers
+        if done.returncode != 0:
+            raise NcuError(f"ncu could not read its report back (exit {done.returncode}): "
+                           f"{' '.join(read_back)}\n{done.stderr[-2000:]}", output)
+        pages.append(done.stdout)
+    return parse_pages(*pages)
