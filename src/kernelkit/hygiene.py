@@ -151,8 +151,9 @@ def group_members(group: int | None = None) -> list[int]:
     Whoever their parent is: children, grandchildren, and a process that left the children lists but stayed in the
     group (a daemon's double fork without setsid), all of which kill_group ends with the worker. A process that
     left the group (setsid, start_new_session) is out of kill_group's reach and is not listed either. The cost is
-    one getpgid per process on the machine: 0.06 ms with 80 processes, 1.4 ms with 2,000 (a 2-core VM, 2026-12);
-    psutil's children() reads every process's /proc stat file instead, 1 ms and 28 ms."""
+    one getpgid per process on the machine: 0.12 / 0.44 / 1.5 ms with 90 / 600 / 2,000 processes on a 2-core VM,
+    0.25 ms with 190 on the H200 machine (2026-11); psutil's children() reads every process's /proc stat file
+    instead (1 / 7 / 28 ms on the VM)."""
     group = os.getpgrp() if group is None else group
     me = os.getpid()
     found = []
