@@ -49,7 +49,8 @@ def test_commands_that_need_no_tensor_answer_without_importing_torch(command, tm
     # `kernelkit --version` took 8.8 s on a busy machine, most of it torch's import. `ops` reads its cached catalog
     # (the first listing in a cache builds it, importing every op), so it is asked twice.
     probe = ("import sys, runpy; sys.argv = ['kernelkit', *sys.argv[1:]]\n"
-             "try:\n    runpy.run_module('kernelkit', run_name='__main__')\nexcept SystemExit as e:\n    code = e.code\n"
+             "try:\n    runpy.run_module('kernelkit', run_name='__main__')\n"
+             "except SystemExit as e:\n    code = e.code\n"
              "print('TORCH' if 'torch' in sys.modules else 'NO TORCH', code, file=sys.stderr)")
     env = {**os.environ, "KERNELKIT_CACHE_DIR": os.environ.get("KERNELKIT_CACHE_DIR", str(tmp_path / "cache"))}
     for _ in range(2 if command == ["ops"] else 1):
