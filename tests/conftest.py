@@ -1,5 +1,6 @@
+import json
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -19,6 +20,93 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+# ---- every test's own kernelkit cache ------------------------------------------------------------------------
+# No test reads or writes the user's caches, results store or calibration: each test gets an empty kernelkit cache
+# folder (KERNELKIT_CACHE_DIR), except for build products, which cost seconds to minutes to make (nvcc, inductor)
+# and are keyed by their content: those subfolders link to one folder shared by the whole run, xdist workers
+# included. Spawned worker processes inherit the environment. A test that needs an empty cache, build products
+# included, asks for ``fresh_cache``.
+
+SHARED_BUILDS = ("cuda", "inline", "inductor")  # cache_dir() subfolders; "inductor" is torch.compile's (compiled.py)
+
+
+@pytest.fixture(scope="session")
+def run_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A folder shared by every process of this pytest run: the base temp folder, or under xdist its parent (each
+    worker's base temp folder is a subfolder of the run's)."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+
+
+@pytest.fixture(scope="session")
+def cpu_ceilings() -> dict[str, str]:
+    """Cache key -> JSON of made-up ceilings of this CPU, at one torch thread (CPU workers' default: see
+    measure/host.py cpu_threads), at $KERNELKIT_THREADS and at this process's thread count. Read from a test's cache,
+    they spare it the calibration a CPU benchmark would run (seconds, and refused on a busy machine); their notes
+    say they are made up."""
+    from kernelkit.measure import ceilings
+    from kernelkit.measure.host import THREADS_ENV, cpu_threads
+
+    made_up = {"what": "made up by tests/conftest.py (cpu_ceilings): a test fixture, not a measurement",
+               "mode": "none", "iqr_rel": 0.0}
+    found = {}
+    for threads in sorted({1, cpu_threads(), torch.get_num_threads()}):
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setenv(THREADS_ENV, str(threads))
+            saved = torch.get_num_threads()
+            torch.set_num_threads(threads)
+            try:
+                name, key = ceilings._identity(torch.device("cpu"))
+            finally:
+                torch.set_num_threads(saved)
+        notes = {"copy": {**made_up, "threads": threads}, "fp32": {**made_up, "threads": threads}}
+        for kind in ceilings.MATMUL_KINDS[1:]:
+            notes[kind] = {"skipped": "CPU: only the fp32 matmul rate is calibrated"}
+        made = ceilings.Ceilings(name, key, copy_gbps=20.0, matmul_tflops={"fp32": 0.1 * threads}, notes=notes,
+                                 measured_at="2026-01-01T00:00:00+00:00", device="cpu")
+        found[key] = json.dumps(made.to_dict(), indent=2)
+    return found
+
+
+def use_cache(patch: pytest.MonkeyPatch, folder: Path, shared: Path, cpu_ceilings: dict[str, str]) -> None:
+    """``folder`` (new and empty) as the kernelkit cache from now on, with its build subfolders linked to those in
+    ``shared`` and this CPU's made-up ceilings in it; torch.compile's cache is its "inductor" subfolder."""
+    from kernelkit.measure import ceilings
+
+    for name in SHARED_BUILDS:
+        (shared / name).mkdir(mode=0o700, parents=True, exist_ok=True)  # exist_ok: xdist workers race here
+        (folder / name).symlink_to(shared / name, target_is_directory=True)
+    patch.setenv("KERNELKIT_CACHE_DIR", str(folder))
+    # Set here rather than by the compile backend, which sets it once per process and never back: torch.compile
+    # in this process and in the workers it spawns then uses this test's cache.
+    patch.setenv("TORCHINDUCTOR_CACHE_DIR", str(folder / "inductor"))
+    for key, text in cpu_ceilings.items():
+        ceilings._cache_path(key).write_text(text)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def session_cache(run_folder: Path, tmp_path_factory: pytest.TempPathFactory,
+                  cpu_ceilings: dict[str, str]) -> Iterator[Path]:
+    """The kernelkit cache of module- and session-scoped fixtures (set up before any test's own), and an
+    XDG_CACHE_HOME of the run's, so that nothing a test starts falls back to the user's cache folder."""
+    xdg = run_folder / "xdg-cache"
+    xdg.mkdir(mode=0o700, exist_ok=True)
+    folder = tmp_path_factory.mktemp("kernelkit-cache")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("XDG_CACHE_HOME", str(xdg))
+        use_cache(patch, folder, run_folder / "kernelkit-builds", cpu_ceilings)
+        yield folder
+
+
+@pytest.fixture(autouse=True)
+def own_cache(run_folder: Path, tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch,
+              cpu_ceilings: dict[str, str]) -> Path:
+    """This test's own kernelkit cache (see use_cache); ``fresh_cache`` replaces it with an empty one."""
+    folder = tmp_path_factory.mktemp("kernelkit-cache")
+    use_cache(monkeypatch, folder, run_folder / "kernelkit-builds", cpu_ceilings)
+    return folder
 
 
 @pytest.fixture
@@ -46,7 +134,8 @@ def can_compile() -> bool:
 
 @pytest.fixture
 def fresh_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """An empty kernelkit disk cache for the test; nothing is written to the user's."""
+    """An empty kernelkit disk cache for the test, without the shared build products and made-up ceilings of
+    ``own_cache`` (torch.compile's cache stays the run's); nothing is written to the user's."""
     monkeypatch.setenv("KERNELKIT_CACHE_DIR", str(tmp_path / "cache"))
     return tmp_path / "cache"
 
