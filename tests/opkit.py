@@ -1,18 +1,18 @@
-"""Helpers shared by the op tests: what an impl can do on a machine without a GPU, inputs laid out at the edges
-(non-contiguous, misaligned), an op's impls on other inputs, stand-ins for an op's kernel modules, and a compact
-view of a report for assertions."""
+"""Helpers shared by the op tests: what an impl can do on a machine without a GPU, the edge-shape cases worth the
+interpreter's time, inputs laid out at the edges (non-contiguous, misaligned), an op's impls on other inputs,
+stand-ins for an op's kernel modules, and a compact view of a report for assertions."""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
 import torch
 
 import kernelkit as kk
 from kernelkit.results import Status
-from kernelkit.spec import Impl, Op, seeded_normal
+from kernelkit.spec import Case, Impl, Op, Size, seeded_normal
 
 FP = (torch.float32, torch.float16, torch.bfloat16)
 CPU_FP = (torch.float32, torch.float16)  # the Triton interpreter computes bfloat16 wrongly
@@ -52,6 +52,20 @@ def assert_every_impl_passed(report: kk.RunReport, impls: Mapping[str, Impl], au
     for r in report.results:
         if r.impl in autotuned:
             assert r.details["autotune"][autotuned[r.impl]]["tuned"] is True, r.case_id
+
+
+def edges_once_per_backend(cases: Sequence[Case], ops: Mapping[str, Op], at_edges: Collection[tuple[str, str]],
+                           shape: Size) -> list[Case]:
+    """``cases`` (every impl at every edge shape) cut to what the interpreter and the simulator need to see: the
+    (op, impl) pairs in ``at_edges``, one per backend, at every shape; every other impl at ``shape`` alone, still in
+    each dtype. The impls of one backend share its launch rules, so its edges are tested once, at ~1 s per impl,
+    shape and dtype in the interpreter; an impl wrong at ``shape`` still fails."""
+    backends = {(op, impl): ops[op].impls[impl].backend for op, impl in {(c.op, c.impl) for c in cases}}
+    chosen = sorted(backends[pair] for pair in at_edges)
+    assert chosen == sorted(set(backends.values())), f"one impl per backend at the edges, got {sorted(at_edges)}"
+    kept = [c for c in cases if (c.op, c.impl) in at_edges or c.size == tuple(shape)]
+    assert {(c.op, c.impl) for c in kept} == set(backends), f"an impl has no case at {shape}"
+    return kept
 
 
 def summary(report: kk.RunReport) -> list[tuple[str, str, str, str, str, str]]:

@@ -1,5 +1,6 @@
-"""The gelu ops: references against autograd and the formulas, every impl at edge shapes on CPU (interpreter,
-simulator) and on a GPU, values at the extremes, and planted wrong impls that the check must catch.
+"""The gelu ops: references against autograd and the formulas, every impl on CPU (interpreter, simulator; each
+backend at edge shapes) and at edge shapes on a GPU, values at the extremes, and planted wrong impls that the check
+must catch.
 
 The ops defined below reuse the gelu impls on other inputs (non-contiguous tensors, views off a 16-byte
 boundary) or plant wrong impls. They are module-level so ``kk.check(__file__)`` finds them, in this process or
@@ -27,7 +28,17 @@ from kernelkit.ops import gelu as gelu_module
 from kernelkit.results import Status
 from kernelkit.runner import plan
 from kernelkit.spec import Case, Op, dtype_name, seeded_normal
-from opkit import FP, NoLaunch, assert_expected_on_cpu, each_input, misaligned, permuted, summary, variant
+from opkit import (
+    FP,
+    NoLaunch,
+    assert_expected_on_cpu,
+    each_input,
+    edges_once_per_backend,
+    misaligned,
+    permuted,
+    summary,
+    variant,
+)
 
 OPS: dict[str, Op] = {op.name: op for op in (gelu_module.gelu, gelu_module.gelu_erf, gelu_module.gelu_backward,
                                              gelu_module.gelu_erf_backward)}
@@ -37,6 +48,10 @@ CPU_SHAPES = [
     (1, 257),  # one row, one past a power of two
     (3, 5, 7),  # 3-D: flattened like any other shape
 ]
+# One impl per backend at every CPU shape: gelu_backward's. Every op's impls of a backend share one launcher
+# (flat inputs, a flat grid); gelu_backward's pass it two inputs, the forward ops' one. The other ops' impls differ
+# from these in the math alone, which CPU_SHAPES[0] (a partial block, a vector tail) tests in every dtype.
+AT_EDGES = {("gelu_backward", name) for name in ("eager", "triton_flat", "numba_flat", "cuda_vec")}
 CUDA_VEC_KERNELS = {name: [f"{name}_vec_{s}_kernel" for s in ("f32", "f16", "bf16")] for name in OPS}
 
 
@@ -177,17 +192,19 @@ def test_extremes_in_the_cpu_emulated_impls(cpu_process: None) -> None:
 # ---- every impl on the CPU ----------------------------------------------------------------------------------
 
 
-def test_every_impl_at_edge_shapes_on_cpu(cpu_process: None, can_compile: bool) -> None:
-    cases = _cases(list(OPS), "cpu", sizes=CPU_SHAPES, dtypes=list(FP))
+def test_each_backend_at_edge_shapes_and_every_impl_on_cpu(cpu_process: None, can_compile: bool) -> None:
+    cases = edges_once_per_backend(_cases(list(OPS), "cpu", sizes=CPU_SHAPES, dtypes=list(FP)), OPS, AT_EDGES,
+                                   CPU_SHAPES[0])
     report = kk.run_cases(cases, "cpu", isolate=False)
-    assert len(report.results) == sum(len(op.impls) for op in OPS.values()) * len(CPU_SHAPES) * len(FP)
+    impls = sum(len(op.impls) for op in OPS.values())
+    assert len(report.results) == (len(AT_EDGES) * len(CPU_SHAPES) + impls - len(AT_EDGES)) * len(FP)
     assert_expected_on_cpu(report)
     for r in report.results:
         if r.impl.startswith("cuda") and r.dtype == "float32" and can_compile:  # built before "no GPU"
             assert "compiled" in r.message and all(k.name in r.message for k in OPS[r.op].impls[r.impl].kernels)
     tuned = [next(iter(r.details["autotune"].values())) for r in report.results
              if r.impl == "triton_flat" and r.status is Status.PASSED]
-    assert len(tuned) == len(OPS) * len(CPU_SHAPES) * 2  # float32 and float16
+    assert len(tuned) == (len(OPS) + len(CPU_SHAPES) - 1) * 2  # float32 and float16
     assert all(re.match(r"BLOCK_SIZE=\d+, num_warps=\d+, num_stages=\d+$", t["config"]) for t in tuned)
 
 

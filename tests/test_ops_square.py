@@ -1,4 +1,5 @@
-"""The square op: every impl against the reference at edge shapes, on CPU (interpreter, simulator) and on a GPU.
+"""The square op: every impl against the reference, each backend at edge shapes, on CPU (interpreter, simulator),
+and every impl at edge shapes on a GPU.
 
 Two ops below reuse square's impls on other inputs: non-contiguous tensors, and views that start off a 16-byte
 boundary. They are module-level so ``kk.check(__file__)`` finds them, in this process or in a worker.
@@ -14,6 +15,7 @@ import torch
 import kernelkit as kk
 from kernelkit.ops import square as square_module
 from kernelkit.results import Status
+from kernelkit.runner import plan
 from kernelkit.spec import dtype_name
 from opkit import (
     FP,
@@ -22,6 +24,7 @@ from opkit import (
     assert_expected_on_cpu,
     assert_runs_on_gpu,
     each_input,
+    edges_once_per_backend,
     misaligned,
     permuted,
     summary,
@@ -36,6 +39,10 @@ CPU_SHAPES = [
     (3, 5, 7),  # 3-D: the rowwise impls fold the leading dimensions
 ]
 IMPLS = square_module.square.impls  # not the op itself: kk.check(__file__) would check it a second time
+# One impl per backend at every CPU shape: the learner's first versions, whose row and column index math is what
+# odd dimensions, one row and 3-D folding test. The flat impls see only numel: CPU_SHAPES[0] (partial blocks, a
+# vector tail) and test_flat_impls_span_several_blocks_on_cpu test that. CUDA C++ only compiles on the CPU.
+AT_EDGES = {("square", name) for name in ("eager", "triton_rowwise", "numba_2d", "cuda_2d")}
 CUDA_VEC4_KERNELS = ["square_vec4_f32_kernel", "square_vec4_f16_kernel", "square_vec4_bf16_kernel"]
 
 
@@ -49,9 +56,11 @@ square_misaligned = variant(square_module.square, "square_misaligned", each_inpu
 # ---- CPU --------------------------------------------------------------------------------------------------
 
 
-def test_every_impl_at_edge_shapes_on_cpu(cpu_process: None) -> None:
-    report = kk.check("square", device="cpu", isolate=False, sizes=CPU_SHAPES, dtypes=list(FP))
-    assert len(report.results) == len(IMPLS) * len(CPU_SHAPES) * len(FP)
+def test_each_backend_at_edge_shapes_and_every_impl_on_cpu(cpu_process: None) -> None:
+    cases = edges_once_per_backend(plan("square", device="cpu", sizes=CPU_SHAPES, dtypes=FP)[1],
+                                   {"square": square_module.square}, AT_EDGES, CPU_SHAPES[0])
+    report = kk.run_cases(cases, "cpu", isolate=False)
+    assert len(report.results) == (len(AT_EDGES) * len(CPU_SHAPES) + len(IMPLS) - len(AT_EDGES)) * len(FP)
     assert_expected_on_cpu(report, NUMBA_DTYPES)
     tuned = [r.details["autotune"]["square_flat_kernel"] for r in report.results
              if r.impl == "triton_flat" and r.status is Status.PASSED]
