@@ -65,7 +65,6 @@ if TYPE_CHECKING:  # for type checkers and editors: the same names, imported for
     from kernelkit.backends.compiled import compile_seconds
     from kernelkit.backends.cuda import CudaKernel, InlineExtension, cuda_kernel, load_inline
     from kernelkit.errors import BackendUnavailable, CompileError, KernelkitError, LaunchError, LoadError, SpecError
-    from kernelkit.jobs.bench import SweepReport, bench_op
     from kernelkit.measure.ceilings import Ceilings, calibrate
     from kernelkit.measure.measurement import BenchResult, Measurement
     from kernelkit.measure.timer import bench
@@ -76,8 +75,9 @@ if TYPE_CHECKING:  # for type checkers and editors: the same names, imported for
     from kernelkit.profiling.ncu import NcuReport
     from kernelkit.profiling.ncu import run_ncu as ncu
     from kernelkit.profiling.torch_profiler import ProfileResult, profile
-    from kernelkit.results import CaseResult, Status
-    from kernelkit.runner import RunReport, check, run_cases
+    from kernelkit.results import CaseResult, RunReport, Status
+    from kernelkit.runs.bench import SweepReport, bench_op
+    from kernelkit.runs.check import check, run_cases
     from kernelkit.spec import Case, Impl, Op, op
     from kernelkit.torch_ops import torch_op
 
@@ -95,8 +95,8 @@ _PUBLIC: dict[str, tuple[str, str]] = {
     "LaunchError": ("kernelkit.errors", "LaunchError"),
     "LoadError": ("kernelkit.errors", "LoadError"),
     "SpecError": ("kernelkit.errors", "SpecError"),
-    "SweepReport": ("kernelkit.jobs.bench", "SweepReport"),
-    "bench_op": ("kernelkit.jobs.bench", "bench_op"),
+    "SweepReport": ("kernelkit.runs.bench", "SweepReport"),
+    "bench_op": ("kernelkit.runs.bench", "bench_op"),
     "Ceilings": ("kernelkit.measure.ceilings", "Ceilings"),
     "calibrate": ("kernelkit.measure.ceilings", "calibrate"),
     "BenchResult": ("kernelkit.measure.measurement", "BenchResult"),
@@ -113,9 +113,9 @@ _PUBLIC: dict[str, tuple[str, str]] = {
     "profile": ("kernelkit.profiling.torch_profiler", "profile"),
     "CaseResult": ("kernelkit.results", "CaseResult"),
     "Status": ("kernelkit.results", "Status"),
-    "RunReport": ("kernelkit.runner", "RunReport"),
-    "check": ("kernelkit.runner", "check"),
-    "run_cases": ("kernelkit.runner", "run_cases"),
+    "RunReport": ("kernelkit.results", "RunReport"),
+    "check": ("kernelkit.runs.check", "check"),
+    "run_cases": ("kernelkit.runs.check", "run_cases"),
     "Case": ("kernelkit.spec", "Case"),
     "Impl": ("kernelkit.spec", "Impl"),
     "Op": ("kernelkit.spec", "Op"),

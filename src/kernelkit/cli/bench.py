@@ -103,8 +103,8 @@ def bench_command(
     Exit code: 0 when every case that ran was correct and timed, 1 otherwise, 2 for bad arguments, 130 when
     interrupted (finished cases are kept in the store).
     """
-    from kernelkit.jobs.repeat import bench_repeated
     from kernelkit.report.bench_table import bench_table, note_lines, skip_lines, warning_lines
+    from kernelkit.runs.repeat import bench_repeated
 
     opened = None
     try:
@@ -178,7 +178,7 @@ def _check_arguments(mode: str, device: str | None, budget: float | None, rse: f
                      plot_dir: Path | None) -> None:
     """Every flag that can be judged before any work: a bad one ends the command before a case runs."""
     from kernelkit.measure.measurement import MODES
-    from kernelkit.runner import check_timeout
+    from kernelkit.runs.check import check_timeout
     from kernelkit.target import resolve_device
 
     if mode not in MODES:
