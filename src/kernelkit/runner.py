@@ -27,6 +27,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+import psutil
 import torch
 
 from kernelkit import backends, hygiene, wire
@@ -371,17 +372,9 @@ def _limit_memory(device: str) -> None:
         total = torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory
         torch.cuda.set_per_process_memory_fraction(min(1.0, limit / total))
         return
-    held = _address_space()
+    held = psutil.Process().memory_info().vms  # the address space this process holds once started
     if held:
         resource.setrlimit(resource.RLIMIT_AS, (held + limit, resource.RLIM_INFINITY))
-
-
-def _address_space() -> int:
-    try:
-        with open("/proc/self/statm", "rb") as f:
-            return int(f.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
-    except (OSError, ValueError, IndexError):
-        return 0
 
 
 def _warn(result: JobResult, text: str) -> None:

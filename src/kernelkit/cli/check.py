@@ -53,8 +53,8 @@ def ops_command(
     as_json: Annotated[bool, typer.Option("--json", help="Print the ops as JSON to stdout.")] = False,
 ) -> None:
     """List the built-in ops and their impls (NAME: one op in full)."""
+    from kernelkit.cli.catalog import catalog
     from kernelkit.errors import did_you_mean
-    from kernelkit.ops.catalog import catalog
     from kernelkit.report.check_table import SHORT_DTYPES
 
     ops = catalog()

@@ -326,8 +326,8 @@ def profile_step(ctx: DemoContext) -> Outcome:
 
 def asm_step(ctx: DemoContext) -> Outcome:
     """kk.asm of square's cuda_vec4 and the summary the `asm` command prints, then what it says."""
+    from kernelkit.backends.sass import SassMemory
     from kernelkit.profiling.asm import report_for
-    from kernelkit.profiling.sass import SassMemory
     from kernelkit.report.profile_table import print_asm_summary
 
     report = report_for("square", "cuda_vec4")

@@ -24,13 +24,13 @@ from kernelkit import backends, verify, wire
 from kernelkit.errors import BackendUnavailable, InputError, describe_exception
 from kernelkit.jobs import OnBuilt, caught_warnings, progress, unique
 from kernelkit.jobs.check import judge, reference_outputs
+from kernelkit.loading import load
 from kernelkit.measure import memory, timer
 from kernelkit.measure.measurement import BenchResult, Measurement
 from kernelkit.measure.stats import speedup
 from kernelkit.measure.timer import Contender, MeasureFailure, Settings
 from kernelkit.results import CaseResult, Status
 from kernelkit.spec import Impl, Op, Size, parse_dtype
-from kernelkit.target import load
 
 JOB_SLACK = 60.0  # seconds on top of the timing budget for one job: warm-up, probes, the final checks
 PER_CONTENDER_SLACK = 5.0

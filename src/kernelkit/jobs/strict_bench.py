@@ -18,14 +18,21 @@ import torch
 from kernelkit import verify, wire
 from kernelkit.errors import describe_exception
 from kernelkit.jobs import OnBuilt, caught_warnings, unique
-from kernelkit.jobs.bench import JOB_SLACK, PER_CONTENDER_SLACK, attach_timing, contender_impl, device_ceilings
+from kernelkit.jobs.bench import (
+    JOB_SLACK,
+    PER_CONTENDER_SLACK,
+    BenchOutcome,
+    attach_timing,
+    contender_impl,
+    device_ceilings,
+)
 from kernelkit.jobs.strict_worker import SEAL, pack, unpack
+from kernelkit.loading import load
 from kernelkit.measure import timer
 from kernelkit.measure.measurement import BenchResult
 from kernelkit.measure.timer import Contender, Settings
 from kernelkit.results import Status
 from kernelkit.spec import Size
-from kernelkit.target import load
 
 ROTATION = 3
 KEPT = 4
@@ -34,19 +41,13 @@ RANGES = 24  # call numbers drawn in [2^j, 2^(j+1)) for j < RANGES: up to 16M ti
 
 @wire.register
 @dataclass
-class StrictBenchOutcome:
-    results: list[BenchResult]
-    log: str = ""
-    details: dict[str, Any] = field(default_factory=dict)
-    warnings: list[str] = field(default_factory=list)
+class StrictBenchOutcome(BenchOutcome):
+    """A BenchOutcome with what the judging process checks itself: the drawn calls' outputs, as bytes, and the
+    harness objects replaced while timing."""
+
     # impl -> (call number, input set, outputs as bytes, the outputs' storage addresses, all alive when taken)
     rechecks: dict[str, list[tuple[int, int, bytes, tuple[int, ...]]]] = field(default_factory=dict)
     tampered: list[str] = field(default_factory=list)
-
-    @property
-    def status(self) -> Status:
-        failed = [r.status for r in self.results if r.status.failed]
-        return failed[0] if failed else Status.PASSED
 
 
 class _Rotation:

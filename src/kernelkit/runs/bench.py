@@ -23,7 +23,6 @@ from typing import Any
 import torch
 
 from kernelkit import errors
-from kernelkit.backends import early
 from kernelkit.jobs.bench import BenchJob, BenchOutcome, gate_message, speedups
 from kernelkit.jobs.check import CheckJob
 from kernelkit.measure import timer
@@ -31,7 +30,7 @@ from kernelkit.measure.measurement import BenchResult
 from kernelkit.measure.timer import Settings
 from kernelkit.results import Status
 from kernelkit.runner import DEFAULT_TIMEOUT, OnPhase, Worker
-from kernelkit.runs import strict_bench
+from kernelkit.runs import early, strict_bench
 from kernelkit.scale import GpuSpec, Spread
 from kernelkit.spec import BASELINES, Case, Op, Size, dtype_name, parse_dtype
 from kernelkit.target import make_cases, open_target

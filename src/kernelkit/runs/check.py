@@ -2,7 +2,7 @@
 spread them over GPUs or a Ray cluster when asked, and return a RunReport in plan order.
 
 1. ``plan``: open the target once (target.open_target) and list its cases;
-2. slow first builds (a load_inline extension) start at once in a process of their own (backends/early.py), and
+2. slow first builds (a load_inline extension) start at once in a process of their own (runs/early.py), and
    the cases that need them run last;
 3. each case runs in the worker (runner.Worker: a crash or hang ends that case only), or in strict mode its
    reference is judged here and the impl watched there (runs/strict.py);
@@ -19,11 +19,11 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from kernelkit.backends import early
 from kernelkit.errors import SpecError
 from kernelkit.jobs.check import CheckJob
 from kernelkit.results import OnResult, RunReport
 from kernelkit.runner import DEFAULT_TIMEOUT, OnPhase, Worker
+from kernelkit.runs import early
 from kernelkit.spec import Case, Size
 from kernelkit.target import open_target
 
@@ -97,7 +97,7 @@ def run_cases(
     """Run ``cases`` one after another; Ctrl-C stops cleanly and returns what finished. ``strict``: each case
     in strict mode (jobs/strict.py), its reference computed and judged in this process.
 
-    Kernels that are slow to build the first time (backends/early.py) are built in a separate process meanwhile,
+    Kernels that are slow to build the first time (runs/early.py) are built in a separate process meanwhile,
     and the cases that need them run last, so the build overlaps the others; results come back in plan order."""
     check_timeout(timeout)
     report = RunReport(device=device, planned=len(cases))

@@ -25,12 +25,13 @@ from kernelkit.jobs import check as check_module
 from kernelkit.jobs.bench import gate_message, speedups
 from kernelkit.jobs.strict_bench import RANGES, ROTATION, StrictBenchJob, StrictBenchOutcome
 from kernelkit.jobs.strict_worker import pack, unpack
+from kernelkit.loading import load
+from kernelkit.measure import modes
 from kernelkit.measure.measurement import SUSPECT_PCT, BenchResult
 from kernelkit.measure.timer import Settings
 from kernelkit.results import Status
 from kernelkit.runs.strict import StrictChecker
 from kernelkit.spec import BASELINES, parse_dtype
-from kernelkit.target import load
 
 
 def _secret_keep() -> frozenset[int]:
@@ -108,7 +109,7 @@ def _judge_timed(outcome: StrictBenchOutcome, result: BenchResult, made: Sequenc
     ceiling = result.measurement.ceiling if result.measurement is not None else None
     # Only where every sample starts from memory (cold mode on a GPU) is a rate above the ceiling impossible; hot,
     # graph-warm and kernel samples may read the L2 (or a CPU's caches) faster than DRAM: there it stays a flag.
-    if ceiling is not None and ceiling.suspect and result.mode == "cold" and result.device == "cuda":
+    if ceiling is not None and ceiling.suspect and modes.get(result.mode).from_memory and result.device == "cuda":
         pct = max(p for p in (ceiling.pct_bandwidth, ceiling.pct_flops) if p is not None)
         return Status.SUSPECT, (f"{pct:.0f}% of the calibrated ceiling (above {SUSPECT_PCT:g}%): work skipped, done "
                                 "elsewhere, or a cost model that counts too much")
