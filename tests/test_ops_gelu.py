@@ -25,7 +25,7 @@ import kernelkit as kk
 from kernelkit import verify
 from kernelkit.ops import gelu as gelu_module
 from kernelkit.results import Status
-from kernelkit.runner import plan
+from kernelkit.runs.check import plan
 from kernelkit.spec import Case, Op, dtype_name, seeded_normal
 from opkit import FP, NoLaunch, assert_expected_on_cpu, each_input, misaligned, permuted, summary, variant
 
