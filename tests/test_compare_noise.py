@@ -219,8 +219,8 @@ def test_runs_say_what_a_run_came_to(tmp_path: Path):
 
 
 def test_bench_repeat_runs_the_sweep_n_times_and_stores_the_spread_with_the_last(monkeypatch, tmp_path: Path):
-    from kernelkit.jobs import repeat
-    from kernelkit.jobs.bench import SweepReport
+    from kernelkit.runs import repeat
+    from kernelkit.runs.bench import SweepReport
 
     medians = iter([1.00e-4, 1.06e-4, 1.03e-4])
     calls = []

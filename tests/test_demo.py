@@ -13,11 +13,11 @@ from kernelkit.cli import app
 from kernelkit.demo import matmul as demo_matmul
 from kernelkit.demo import steps as demo_steps
 from kernelkit.demo.steps import Outcome
-from kernelkit.jobs import bench as sweep
-from kernelkit.jobs.bench import SweepReport
 from kernelkit.measure.measurement import BenchResult, Ceiling, Measurement
 from kernelkit.measure.stats import speedup
 from kernelkit.results import Status
+from kernelkit.runs import bench as sweep
+from kernelkit.runs.bench import SweepReport
 from kernelkit.target import open_target
 
 TITLES = [step.title for step in demo.tour()]

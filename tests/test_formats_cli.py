@@ -21,9 +21,10 @@ from typer.testing import CliRunner
 import kernelkit as kk
 from kernelkit import formats, runner
 from kernelkit.cli import app
-from kernelkit.formats.jobs import run_verdicts, verdict_jobs
+from kernelkit.formats.jobs import verdict_jobs
 from kernelkit.jobs.check import check_case
 from kernelkit.results import Status
+from kernelkit.runs.verdicts import run_verdicts
 from kernelkit.spec import Case, dtype_name
 from kernelkit.target import open_target
 

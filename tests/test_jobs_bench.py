@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from kernelkit.jobs import bench as sweep
+from kernelkit.jobs import bench as jobs_bench
 from kernelkit.results import Status
+from kernelkit.runs import bench as sweep
 from kernelkit.store import Store
 
 OPS = str(Path(__file__).parent / "planted" / "bench_ops.py")
@@ -92,14 +93,14 @@ def test_a_failed_calibration_is_a_warning_in_every_result_not_a_lost_print(monk
         raise RuntimeError("no ceilings today")
 
     monkeypatch.setattr(ceilings, "calibrate", broken)
-    job = sweep.BenchJob(target.resolve(OPS), "double", (64, 64), "float32", 0,
+    job = jobs_bench.BenchJob(target.resolve(OPS), "double", (64, 64), "float32", 0,
                          (("eager_add", "impl"), ("eager", "baseline")), Settings(mode="hot", budget=0.05))
     outcome = job.execute("cpu")
     assert all(r.status is Status.PASSED for r in outcome.results)
     (notice,) = [w for w in outcome.warnings if w.startswith("no % of ceiling")]
     assert "no ceilings today" in notice
     assert all(notice in r.warnings and r.measurement.ceiling is None for r in outcome.results)
-    quiet = sweep.BenchJob(target.resolve(OPS), "double", (64, 64), "float32", 0, (("eager_add", "impl"),),
+    quiet = jobs_bench.BenchJob(target.resolve(OPS), "double", (64, 64), "float32", 0, (("eager_add", "impl"),),
                            Settings(mode="hot", budget=0.05, calibrate=False)).execute("cpu")  # --no-calibrate
     assert quiet.results[0].status is Status.PASSED and not quiet.warnings
     assert quiet.results[0].measurement.ceiling is None
@@ -111,7 +112,7 @@ def test_each_timed_contender_gets_its_peak_memory_from_one_more_call(monkeypatc
     from kernelkit.measure.timer import Settings
 
     contenders = (("eager_add", "impl"), ("eager", "baseline"))
-    job = sweep.BenchJob(target.resolve(OPS), "double", (64, 64), "float32", 0, contenders,
+    job = jobs_bench.BenchJob(target.resolve(OPS), "double", (64, 64), "float32", 0, contenders,
                          Settings(mode="hot", budget=0.05))
     outcome = job.execute("cpu")  # the real thing: not measured on the CPU
     assert [r.measurement.peak_bytes for r in outcome.results] == [None, None]
@@ -140,7 +141,7 @@ def test_cold_mode_on_a_huge_last_level_cache_finishes_well_inside_the_job_timeo
 
     monkeypatch.setattr(host, "cpu_caches", lambda: [(3, "Unified", 480 << 20)])
     contenders = (("eager_add", "impl"), ("eager_warns", "impl"), ("eager", "baseline"))
-    job = sweep.BenchJob(target.resolve(OPS), "double", (64, 64), "float32", 0, contenders,
+    job = jobs_bench.BenchJob(target.resolve(OPS), "double", (64, 64), "float32", 0, contenders,
                          Settings(mode="cold", budget=0.2))
     began = time.perf_counter()
     outcome = job.execute("cpu")
@@ -174,7 +175,7 @@ def test_a_crash_while_timed_is_that_impls_alone_and_the_sweep_goes_on(tmp_path)
 def test_a_sweep_killed_midway_keeps_every_finished_case(tmp_path):
     db = tmp_path / "results.sqlite"
     code = (
-        "import sys; from kernelkit.jobs import bench as sweep; from kernelkit.store import Store\n"
+        "import sys; from kernelkit.runs import bench as sweep; from kernelkit.store import Store\n"
         f"s = Store.open({str(db)!r})\n"
         f"sweep.bench_op({OPS!r}, impls=['eager_add'], device='cpu', mode='hot', budget=0.3, store=s,\n"
         "               baselines=False, on_result=lambda r: print('RESULT', flush=True))\n"

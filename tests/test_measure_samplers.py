@@ -110,7 +110,7 @@ def test_hot_mode_times_many_calls_between_two_timestamps():
     def fn():
         calls["n"] += 1
 
-    sampler = samplers.CpuSampler(fn, "hot", None, estimate=1e-6)
+    sampler = samplers.CpuSampler(fn, samplers.hot_calls(1e-6), None)  # hot: as measure.modes builds it
     assert sampler.calls_per_sample == samplers.hot_calls(1e-6) == samplers.HOT_MAX_CALLS
     out = sampler.batch(3)
     assert len(out) == 3 and calls["n"] == 3 * sampler.calls_per_sample
@@ -241,7 +241,7 @@ def test_the_hot_loop_adds_under_a_third_of_a_microsecond_a_call_to_a_bare_loop(
         timer.bench(_work, x, mode="hot", device="cpu")
     call = seen["c"].fn  # what every sampler loops over: the user's function with its argument bound
     if sampler_kind == "perf_counter":
-        sampler = samplers.CpuSampler(call, "hot", None, estimate=1e-9)
+        sampler = samplers.CpuSampler(call, samplers.hot_calls(1e-9), None)
     else:
         sampler = samplers.HotSampler(call, estimate=1e-9)
     n = sampler.calls_per_sample
@@ -272,14 +272,14 @@ def test_the_garbage_collector_is_paused_while_a_batch_is_timed(host_events):
 
     states = []
     assert gc.isenabled()
-    samplers.CpuSampler(lambda: states.append(gc.isenabled()), "hot", None, estimate=1e-4).batch(2)
+    samplers.CpuSampler(lambda: states.append(gc.isenabled()), samplers.hot_calls(1e-4), None).batch(2)
     samplers.HotSampler(lambda: states.append(gc.isenabled()), estimate=1e-4).batch(2)
     samplers.EventSampler(lambda: states.append(gc.isenabled()), None).batch(2)
     assert states and not any(states)
     assert gc.isenabled()  # back on after every batch
     gc.disable()
     try:
-        samplers.CpuSampler(lambda: None, "cold", None).batch(1)
+        samplers.CpuSampler(lambda: None, 1, None).batch(1)
         assert not gc.isenabled()  # left off when it was off
     finally:
         gc.enable()

@@ -12,7 +12,7 @@ import time
 import pytest
 import torch
 
-from kernelkit.measure import timer
+from kernelkit.measure import modes, timer
 from kernelkit.measure.samplers import MeasureError
 from kernelkit.measure.timer import Contender, MeasureFailure, Settings
 
@@ -35,7 +35,7 @@ class FakeSampler:
 class FakeEnv:
     def __init__(self, samplers_by_label, mode="cold", device="cuda", max_clock=None, cache_bytes=50 * 2**20):
         self.by_label = samplers_by_label
-        self.device, self.mode, self.device_name = device, mode, "Fake GPU"
+        self.device, self.mode, self.device_name = device, modes.get(mode), "Fake GPU"
         self.cache_bytes, self.clock, self.max_clock = cache_bytes, None, max_clock
         self.kernel_seconds = None
         self.probed: list[int] = []
@@ -70,7 +70,7 @@ def _contender(label, **kw):
 
 def _run(monkeypatch, env, contenders, **settings):
     monkeypatch.setattr(timer.Environment, "open", classmethod(lambda cls, device, mode, graph_warm=False: env))
-    return timer.bench_many(contenders, Settings(mode=env.mode, **settings), env.device)
+    return timer.bench_many(contenders, Settings(mode=env.mode.name, **settings), env.device)
 
 
 def _gauss(mean, rel, seed=0):
@@ -169,16 +169,13 @@ def test_warm_up_runs_until_calls_settle(monkeypatch):
     assert m.median == pytest.approx(1e-3)
 
 
-def test_warm_graph_mode_warns_when_the_inputs_fit_in_l2(monkeypatch):
-    env = FakeEnv({"a": FakeSampler("a", _gauss(2e-6, 0.001), [], calls_per_sample=200)}, mode="graph")
-    (m,) = _run(monkeypatch, env, [_contender("a", working_set=32 * 1024)], graph_warm=True)
-    assert m.calls_per_sample == 200
-    assert any("fit in L2" in w for w in m.warnings)
-    (m,) = _run(monkeypatch, env, [_contender("a", working_set=32 * 1024)])  # cold (rotating copies): no warning
-    assert not any("fit in L2" in w for w in m.warnings)
-    env = FakeEnv({"b": FakeSampler("b", _gauss(2e-4, 0.001), [], calls_per_sample=5)}, mode="graph")
-    (m,) = _run(monkeypatch, env, [_contender("b", working_set=2**30)], graph_warm=True)
-    assert not any("fit in L2" in w for w in m.warnings)
+def test_warm_graph_mode_warns_when_the_inputs_fit_in_l2():
+    env = FakeEnv({}, mode="graph")
+    env.graph_warm = True
+    assert "fit in L2" in modes.warm_graph_note(env, _contender("a", working_set=32 * 1024), 200)
+    assert not modes.warm_graph_note(env, _contender("b", working_set=2**30), 5)
+    env.graph_warm = False  # cold (rotating copies): no warning
+    assert not modes.warm_graph_note(env, _contender("a", working_set=32 * 1024), 200)
 
 
 def test_event_modes_warn_when_launch_bound(monkeypatch):

@@ -15,8 +15,8 @@ import torch.nn.functional as F
 
 import kernelkit as kk
 from kernelkit import verify
+from kernelkit.backends.sass import disassemble, memory_ops
 from kernelkit.ops import bias_gelu as bias_gelu_module
-from kernelkit.profiling.sass import disassemble, memory_ops
 from kernelkit.results import Status
 from kernelkit.spec import dtype_name, seeded_normal
 from opkit import (

@@ -26,7 +26,7 @@ import kernelkit as kk
 from kernelkit import verify
 from kernelkit.ops import gelu as gelu_module
 from kernelkit.results import Status
-from kernelkit.runner import plan
+from kernelkit.runs.check import plan
 from kernelkit.spec import Case, Op, dtype_name, seeded_normal
 from opkit import (
     FP,

@@ -16,8 +16,8 @@ import torch
 
 import kernelkit as kk
 from kernelkit import verify
+from kernelkit.backends.sass import disassemble, find_tool
 from kernelkit.ops import softmax as softmax_module
-from kernelkit.profiling.sass import disassemble, find_tool
 from kernelkit.results import Status
 from kernelkit.spec import TOLERANCES, seeded_normal
 from opkit import CPU_FP, FP, KernelSpy, NoLaunch, expected_on_cpu, non_contiguous, variant

@@ -9,9 +9,9 @@ import typer
 from typer.testing import CliRunner
 
 from kernelkit.backends.cuda.asm import ptx_entry
+from kernelkit.backends.sass import SassMemory, memory_ops, parse_ptxas_log, parse_res_usage, split_sass
 from kernelkit.errors import BackendUnavailable, CompileError, LoadError, SpecError
 from kernelkit.profiling.asm import AsmReport, report_for
-from kernelkit.profiling.sass import SassMemory, memory_ops, parse_ptxas_log, parse_res_usage, split_sass
 
 # nvdisasm -c of ops/square/cuda.cu for sm_90 (NVRTC), trimmed to a few instructions per function.
 NVDISASM = """\

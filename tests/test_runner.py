@@ -15,6 +15,7 @@ import kernelkit as kk
 from kernelkit import runner
 from kernelkit.errors import SpecError
 from kernelkit.results import Status
+from kernelkit.runs import check as runs
 from kernelkit.target import resolve_device
 
 PLANTED = str(Path(__file__).parent / "planted" / "planted_ops.py")
@@ -91,7 +92,7 @@ def test_device_and_timeout_are_validated():
         with pytest.raises(SpecError, match="use --device cpu"):
             resolve_device("cuda")
     with pytest.raises(SpecError, match="--timeout must be positive"):
-        runner.run_cases([], "cpu", timeout=0)
+        runs.run_cases([], "cpu", timeout=0)
 
 
 @pytest.mark.slow
@@ -122,7 +123,7 @@ def test_ctrl_c_stops_cleanly_and_prints_what_finished(tmp_path):
 
 
 def test_runs_inside_reuse_workers_share_one_worker_and_nothing_is_left_after():
-    from kernelkit.jobs.bench import bench_op
+    from kernelkit.runs.bench import bench_op
 
     started = []
 
@@ -131,7 +132,7 @@ def test_runs_inside_reuse_workers_share_one_worker_and_nothing_is_left_after():
             started.append(text)
 
     with runner.reuse_workers():
-        first = runner.check(PLANTED, impls=["eager_correct"], device="cpu", on_phase=on_phase)
+        first = runs.check(PLANTED, impls=["eager_correct"], device="cpu", on_phase=on_phase)
         second = bench_op(PLANTED, impls=["eager_correct"], device="cpu", budget=0.05, baselines=False,
                           on_phase=on_phase)
         parked = [pid for _, _, process, _ in runner._parked for pid in [process.pid]]

@@ -13,7 +13,7 @@ import torch
 import kernelkit as kk
 from kernelkit import verify
 from kernelkit.jobs import guards
-from kernelkit.jobs.strict import pack, unpack
+from kernelkit.jobs.strict_worker import pack, unpack
 from kernelkit.ops import BUILTIN_OPS
 from kernelkit.results import Status
 from kernelkit.target import open_target

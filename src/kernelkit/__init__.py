@@ -16,40 +16,47 @@ The public API is small::
     sweep = kk.bench_op("square")             # every impl vs eager and torch.compile, % of the calibrated ceiling
     kk.doctor()                               # can this machine's timings be trusted? a verdict per timing mode
 
-The map: data flows spec -> open target -> jobs -> store -> report, and each stage is a place in the tree.
+The map, in layers from the top down: a module imports from its own layer and those below it (tests/test_layers.py
+reads every import statement and holds the code to this; no two modules import each other, even through others).
 
-    spec.py         Op (reference, inputs, cost, tolerance), Impl, Case; BASELINES (eager, compile), the one list
-    backends/       one Backend per way to run an impl (eager, compile, triton, cuda, numba) + the registry; the
-                    only code that knows a backend by name. lazy.py: an op's kernel modules, imported on first use
-    target.py       open_target(target, device): prepare the process for the device, then import the op's file
-                    (the import-ordering rule lives here and nowhere else); cases, one case with its inputs
-    ops/<op>/       built-in ops: __init__.py (reference, cost, impls), triton.py, numba.py, cuda.cu
-    jobs/           what runs in a worker: CheckJob (check.py, judge(): the order of checks), BenchJob and the
-                    benchmark sweep (bench.py: bench_op), one Job protocol; strict mode: strict.py (references and
-                    the verdict in the calling process), strict_worker.py (the impl's side), guards.py (what the
-                    worker watches), strict_bench.py (the strict sweep)
-    runner.py       isolated worker processes: a crash, hang or lost CUDA context ends one job, not the run
-    scale/          beyond one worker: a run's (op, size, dtype) groups spread over this host's GPUs (--gpus,
-                    shard.py) or run as Ray tasks (--ray, cluster.py), merged into one run
-    verify.py       comparison by the tolerance rule, structure checks, weak-test probes
-    results.py      Status and CaseResult: plain data every stage passes on
-    measure/        the timing engine (timer, samplers, modes, stats), ceilings.py, host.py (the fingerprint),
-                    memory.py (peak device memory of one call)
-    profiling/      torch_profiler, ncu (+ the driver run under ncu), asm (+ sass.py), codegen (inductor's code)
-    store/          SQLite results (db.py) and run-to-run comparison (compare.py)
-    report/         every renderer: terminal tables, JSON/CSV, plots, the HTML report; roofline.py is where a case
-                    sits between the bandwidth and compute ceilings, for all of them
-    cli/            the command line, one module per command group, thin
-    demo/, doctor/  the guided tour, and the machine self-test
-    formats/        outside problem formats (KernelBench, GPU MODE) as ops: open_target turns a problem path (and its
-                    solution) into a generated op file (formats.source_file); each format's own verdict (jobs.py)
+    cli/            the command line, one module per command group, thin: parse, call the library, draw
+    demo/           the guided tour; kernelkit/__init__.py, this face: the public names, each loaded on first use
+    runs/           the drivers: check.py (plan, run each case as a CheckJob, spread), bench.py (one loop over
+                    (op, size, dtype) groups, strict or plain), strict.py / strict_bench.py (strict mode's judging
+                    side), repeat.py, verdicts.py (a format's own verdicts), export.py, early.py (slow builds started
+                    first)
+    scale/          beyond one worker: a run's groups over this host's GPUs (--gpus) or a Ray cluster (--ray)
+    runner.py       Worker: isolated worker processes (a crash, hang or lost CUDA context ends one job, not the run);
+                    what a worker sends back is data only (wire.py); reuse_workers() keeps them for the next run
+    report/         every renderer: terminal tables, JSON/CSV, plots, the HTML report, the progress line
+    doctor/         the machine self-test
+    jobs/           what runs inside a worker: CheckJob and judge() (the order of checks, written once), BenchJob,
+                    strict mode's worker side (strict_worker.py, strict_bench.py, guards.py), progress news
+    store/          SQLite results (db.py), run-to-run comparison and the regression gate (compare.py)
+    profiling/      torch.profiler, ncu (+ its report readers), asm (asks each backend), codegen
+    torch_ops.py    any impl as a torch.library operator
+    target.py       open_target: prepare the process for the device, then resolve a target (a built-in op, a file,
+                    a problem or task) once; cases; one case with its inputs
+    formats/        outside problem formats (KernelBench, GPU MODE) as ops; each format's own verdict
+    ops/            built-in ops: __init__.py (reference, cost, impls), triton.py, numba.py, cuda.cu
+    backends/       one Backend per way to run an impl (eager, compile, triton, cuda, numba): the only code that
+                    knows a backend by name; sass.py: what compiled kernels hold
+    loading.py      import a source of ops once per process
+    measure/        the timing engine: timer, the modes registry (modes.py), samplers, stats; ceilings.py (measured
+                    and cached) and limits.py (where a result stands); host.py (the fingerprint); memory
+    spec.py         Op, Impl, Case, CaseSetup: the data model; verify.py: comparison by the tolerance rule
+    registry.py     backends by name (read by spec.py without importing any backend); results.py, values.py
+                    (sizes, dtypes, tolerances), cache.py, units.py
+    hygiene.py      what a case may leave in its worker; wire.py (data-only messages), errors.py
 
-Where this differs from shared/DESIGN.md, and why: the loader is part of target.py (finding a user's ops and
-preparing the process for them are one step under one rule); jobs/ holds check and bench only, because profile runs
-in the calling process (it owns that process's profiler), ncu in a child under ncu, and asm's Triton compile in a
-child with the interpreter off: none of them is a worker job; each backend that can show its kernels keeps its asm
-beside it (backends/triton/asm.py, backends/cuda/asm.py), profiling/asm.py only asks; results.py, errors.py and
-cache.py are small modules every stage shares; demo/ and doctor/ are packages DESIGN.md did not plan.
+One import runs up a layer, on purpose: ops.lowbit.module -> torch_ops (LowBitLinear, a built-in op's nn.Module,
+is made of kk.torch_op operators; torch_ops opens targets by name, so it sits above the ops).
+
+Timing modes (measure/modes.py) and backends (registry.py, backends/) are registries: a new one is one module and
+one registration line. Where this differs from shared/DESIGN.md, and why: the loader is split (loading.py imports a
+source, target.py resolves and prepares); profile runs in the calling process (it owns that process's profiler),
+ncu in a child under ncu, asm's Triton compile in a child with the interpreter off: none is a worker job; store/
+sits below report/ (report reads the store); doctor/ and demo/ are packages DESIGN.md did not plan.
 """
 
 from __future__ import annotations
@@ -65,7 +72,6 @@ if TYPE_CHECKING:  # for type checkers and editors: the same names, imported for
     from kernelkit.backends.compiled import compile_seconds
     from kernelkit.backends.cuda import CudaKernel, InlineExtension, cuda_kernel, load_inline
     from kernelkit.errors import BackendUnavailable, CompileError, KernelkitError, LaunchError, LoadError, SpecError
-    from kernelkit.jobs.bench import SweepReport, bench_op
     from kernelkit.measure.ceilings import Ceilings, calibrate
     from kernelkit.measure.measurement import BenchResult, Measurement
     from kernelkit.measure.timer import bench
@@ -76,8 +82,9 @@ if TYPE_CHECKING:  # for type checkers and editors: the same names, imported for
     from kernelkit.profiling.ncu import NcuReport
     from kernelkit.profiling.ncu import run_ncu as ncu
     from kernelkit.profiling.torch_profiler import ProfileResult, profile
-    from kernelkit.results import CaseResult, Status
-    from kernelkit.runner import RunReport, check, run_cases
+    from kernelkit.results import CaseResult, RunReport, Status
+    from kernelkit.runs.bench import SweepReport, bench_op
+    from kernelkit.runs.check import check, run_cases
     from kernelkit.spec import Case, Impl, Op, op
     from kernelkit.torch_ops import torch_op
 
@@ -95,8 +102,8 @@ _PUBLIC: dict[str, tuple[str, str]] = {
     "LaunchError": ("kernelkit.errors", "LaunchError"),
     "LoadError": ("kernelkit.errors", "LoadError"),
     "SpecError": ("kernelkit.errors", "SpecError"),
-    "SweepReport": ("kernelkit.jobs.bench", "SweepReport"),
-    "bench_op": ("kernelkit.jobs.bench", "bench_op"),
+    "SweepReport": ("kernelkit.runs.bench", "SweepReport"),
+    "bench_op": ("kernelkit.runs.bench", "bench_op"),
     "Ceilings": ("kernelkit.measure.ceilings", "Ceilings"),
     "calibrate": ("kernelkit.measure.ceilings", "calibrate"),
     "BenchResult": ("kernelkit.measure.measurement", "BenchResult"),
@@ -113,9 +120,9 @@ _PUBLIC: dict[str, tuple[str, str]] = {
     "profile": ("kernelkit.profiling.torch_profiler", "profile"),
     "CaseResult": ("kernelkit.results", "CaseResult"),
     "Status": ("kernelkit.results", "Status"),
-    "RunReport": ("kernelkit.runner", "RunReport"),
-    "check": ("kernelkit.runner", "check"),
-    "run_cases": ("kernelkit.runner", "run_cases"),
+    "RunReport": ("kernelkit.results", "RunReport"),
+    "check": ("kernelkit.runs.check", "check"),
+    "run_cases": ("kernelkit.runs.check", "run_cases"),
     "Case": ("kernelkit.spec", "Case"),
     "Impl": ("kernelkit.spec", "Impl"),
     "Op": ("kernelkit.spec", "Op"),

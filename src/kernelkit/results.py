@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -122,3 +123,20 @@ class CaseResult:
         data["size"] = list(self.size)
         data["case"] = self.case_id
         return data
+
+
+OnResult = Callable[[CaseResult], None]
+
+
+@dataclass
+class RunReport:
+    """Every finished case of a check, in plan order; ``interrupted`` when Ctrl-C stopped the run early."""
+
+    device: str
+    results: list[CaseResult] = field(default_factory=list)
+    interrupted: bool = False
+    planned: int = 0
+
+    @property
+    def ok(self) -> bool:
+        return not self.interrupted and bool(self.results) and all(r.status.ok for r in self.results)

@@ -1,12 +1,13 @@
-"""Run jobs in isolated worker processes: a crash, hang or poisoned CUDA context ends one job, not the run.
+"""Isolated worker processes: a crash, hang or poisoned CUDA context ends one job, not the run.
 
 Workers are spawned (never forked: a forked CUDA context is unusable), each in a session of its own. A worker is
 reused for the next job only while the last one left it clean: after every job the worker compares its process
 state with the one before (hygiene.py: cwd, environment, threads, torch's switches, memory, processes it started,
 the CUDA context) and is replaced when anything changed, when it dies, hangs or loses its CUDA context; the run goes
 on. A replaced worker is killed with its whole process group. A dead worker is told by its exit (its process
-sentinel), not by its pipe, which a process it started may still hold. ``check`` and ``run_cases`` run one CheckJob
-per case; the benchmark (jobs/bench.py) sends its own jobs to a Worker.
+sentinel), not by its pipe, which a process it started may still hold. What a worker sends back is data only
+(kernelkit.wire). The drivers in kernelkit.runs send it their jobs (jobs/); ``reuse_workers`` keeps a run's
+workers for the next run of the same process.
 """
 
 from __future__ import annotations
@@ -21,28 +22,20 @@ import os
 import resource
 import signal
 import sys
-import tempfile
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
+import psutil
 import torch
 
 from kernelkit import backends, hygiene, wire
-from kernelkit.backends import early
-from kernelkit.errors import SpecError, describe_exception
+from kernelkit.errors import describe_exception
 from kernelkit.jobs import Job, JobResult, progress
-from kernelkit.jobs.check import CheckJob, kept_bytes
+from kernelkit.jobs.check import kept_bytes
 from kernelkit.measure.host import cpu_threads
-from kernelkit.results import CaseResult, Status
-from kernelkit.spec import Case, Size
-from kernelkit.target import open_target
-
-if TYPE_CHECKING:
-    from kernelkit.jobs.strict import StrictChecker
-    from kernelkit.scale.slots import GpuSpec
+from kernelkit.results import Status
 
 DEFAULT_TIMEOUT = 60.0
 BUILD_TIMEOUT_ENV = "KERNELKIT_BUILD_TIMEOUT"
@@ -54,134 +47,9 @@ DEATH_POLL_S = 0.25  # how often a busy worker's exit status is looked at
 LOG_READ_BYTES = 4 * LOG_TAIL_CHARS  # the most of a worker's log ever read: its tail, however much was printed
 MAX_MEMORY_ENV = "KERNELKIT_MAX_MEMORY"  # bytes a worker may hold (--max-memory); workers read it when they start
 
-OnResult = Callable[[CaseResult], None]
 OnPhase = Callable[[str], None]
 _BUILT = "built"  # the worker's message between a case's build and its run
 _PHASE = "phase:"  # the worker's news of what the job does now (jobs.progress), never a result
-
-
-@dataclass
-class RunReport:
-    """Every finished case, in order; ``interrupted`` when Ctrl-C stopped the run early."""
-
-    device: str
-    results: list[CaseResult] = field(default_factory=list)
-    interrupted: bool = False
-    planned: int = 0
-
-    @property
-    def ok(self) -> bool:
-        return not self.interrupted and bool(self.results) and all(r.status.ok for r in self.results)
-
-
-def plan(target: str, *, impls: Sequence[str] = (), device: str | None = None, sizes: Sequence[Size] = (),
-         dtypes: Sequence[torch.dtype] = (), seeds: int = 1, solution: str | None = None) -> tuple[str, list[Case]]:
-    """The device and the cases of ``target`` (see target.open_target; ``solution`` too), without running them."""
-    opened = open_target(target, device, solution)
-    return opened.device, opened.cases(impls, sizes, dtypes, seeds)
-
-
-def check(
-    target: str,
-    *,
-    impls: Sequence[str] = (),
-    device: str | None = None,
-    sizes: Sequence[Size] = (),
-    dtypes: Sequence[torch.dtype] = (),
-    seeds: int = 1,
-    timeout: float = DEFAULT_TIMEOUT,
-    isolate: bool = True,
-    on_result: OnResult | None = None,
-    gpus: GpuSpec = None,
-    ray: str | None = None,
-    solution: str | None = None,
-    strict: bool = False,
-    on_phase: OnPhase | None = None,
-    on_plan: Callable[[int], None] | None = None,
-) -> RunReport:
-    """Check every case of ``target`` (a built-in op name, a .py file, a KernelBench problem or level folder, a
-    GPU MODE task folder; ``solution``: see target.open_target) against its reference.
-
-    Each case runs in a worker process with a per-case ``timeout`` in seconds; see README for the tolerance rule.
-    gpus ('all', 2, '0,1'): the cases spread over one worker per GPU; ray ('auto', 'local', an address): over a
-    Ray cluster's GPUs (see kernelkit.scale). Each result then records the GPU that ran it.
-    strict: strict mode (README "Strict mode"; jobs/strict.py): references judged here, the impl watched there.
-    on_phase: told what the worker does now ("square: cuda_vec4: building its kernels"), for progress; on_plan:
-    told once, before anything runs, how many cases there are.
-    """
-    if strict:
-        from kernelkit.jobs.strict import seal_builtin_ops
-
-        seal_builtin_ops()  # before the target's file is imported: it may change a built-in op
-    if strict and (gpus is not None or ray is not None):
-        raise SpecError("strict mode judges on one worker: drop gpus=/ray= (--gpus/--ray), or leave strict off")
-    dev, cases = plan(target, impls=impls, device=device, sizes=sizes, dtypes=dtypes, seeds=seeds, solution=solution)
-    if on_plan is not None:
-        on_plan(len(cases))
-    if gpus is not None or ray is not None:
-        from kernelkit.scale import check_spread
-
-        return check_spread(cases, dev, gpus=gpus, ray=ray, timeout=timeout, on_result=on_result)
-    return run_cases(cases, dev, timeout=timeout, isolate=isolate, on_result=on_result, strict=strict,
-                     on_phase=on_phase)
-
-
-def run_cases(
-    cases: Sequence[Case],
-    device: str,
-    *,
-    timeout: float = DEFAULT_TIMEOUT,
-    isolate: bool = True,
-    on_result: OnResult | None = None,
-    strict: bool = False,
-    on_phase: OnPhase | None = None,
-) -> RunReport:
-    """Run ``cases`` one after another; Ctrl-C stops cleanly and returns what finished. ``strict``: each case
-    in strict mode (jobs/strict.py), its reference computed and judged in this process.
-
-    Kernels that are slow to build the first time (backends/early.py) are built in a separate process meanwhile,
-    and the cases that need them run last, so the build overlaps the others; results come back in plan order."""
-    check_timeout(timeout)
-    report = RunReport(device=device, planned=len(cases))
-    with tempfile.TemporaryDirectory(prefix="kernelkit-") as tmp, early.started(cases if isolate else (), device) as \
-            building:
-        worker = Worker(device, Path(tmp) / "worker.log") if isolate else None
-        strict_checker = _strict_checker(device, worker, timeout) if strict else None
-        waiting = set(building)
-        order = sorted(range(len(cases)), key=lambda n: (cases[n].source, cases[n].op, cases[n].impl) in waiting)
-        try:
-            for n in order:
-                case = cases[n]
-                if worker is not None and on_phase is not None:
-                    worker.on_phase = lambda text, case=case: on_phase(f"{case.op}: {text}")
-                job = CheckJob(case)
-                if strict_checker is not None:
-                    result = strict_checker.check(case)
-                else:
-                    result = worker.run(job, timeout) if worker else job.execute(device)
-                report.results.append(result)
-                if on_result is not None:
-                    on_result(result)
-        except KeyboardInterrupt:
-            report.interrupted = True
-        finally:
-            if worker:
-                worker.stop()
-    ran = [order[k] for k in range(len(report.results))]
-    report.results = [r for _, r in sorted(zip(ran, report.results, strict=True), key=lambda pair: pair[0])]
-    return report
-
-
-def _strict_checker(device: str, worker: Worker | None, timeout: float) -> StrictChecker:
-    from kernelkit.jobs.strict import StrictChecker
-
-    return StrictChecker(device, worker, timeout)
-
-
-def check_timeout(timeout: float, flag: str = "--timeout") -> None:
-    """SpecError unless ``timeout`` is a positive, finite number of seconds."""
-    if not (isinstance(timeout, (int, float)) and math.isfinite(timeout) and timeout > 0):
-        raise SpecError(f"{flag} must be positive and finite (seconds), got {timeout}")
 
 
 def build_timeout() -> float:
@@ -504,17 +372,9 @@ def _limit_memory(device: str) -> None:
         total = torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory
         torch.cuda.set_per_process_memory_fraction(min(1.0, limit / total))
         return
-    held = _address_space()
+    held = psutil.Process().memory_info().vms  # the address space this process holds once started
     if held:
         resource.setrlimit(resource.RLIMIT_AS, (held + limit, resource.RLIM_INFINITY))
-
-
-def _address_space() -> int:
-    try:
-        with open("/proc/self/statm", "rb") as f:
-            return int(f.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
-    except (OSError, ValueError, IndexError):
-        return 0
 
 
 def _warn(result: JobResult, text: str) -> None:

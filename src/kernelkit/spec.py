@@ -9,7 +9,8 @@ A user writes::
     @square.impl("triton_flat")         # the backend is read off the name's first word
     def square_triton_flat(x): ...
 
-The backends an impl can name are kernelkit.backends' registry (``backends.names()``).
+The backends an impl can name are the backend registry's (``registry.names()``), read without importing
+any backend; a baseline (``compile``) comes from its backend, loaded by name when an op first asks.
 """
 
 from __future__ import annotations
@@ -23,80 +24,40 @@ from typing import Any
 
 import torch
 
-from kernelkit import backends
+from kernelkit import registry
 from kernelkit.errors import SpecError
 from kernelkit.results import BASELINE_NAMES
+from kernelkit.values import (  # noqa: F401 - spec's own names for the values, as before they had a module
+    DTYPE_NAMES,
+    TOLERANCES,
+    Size,
+    as_size,
+    dtype_name,
+    parse_dtype,
+    parse_size,
+    seeded_normal,
+    to_dtype,
+    to_size,
+)
 
 # The baselines every impl is compared with, each derived from the op's reference by the backend of the same name:
 # eager, the reference as written (backends/eager.py), and compile, torch.compile of it (backends/compiled.py). An
 # impl the op registers under one of these names replaces the derived one. A benchmark times both beside the
 # impls and reports each impl's speedup over each.
+# The matmul rates an op's FLOPs may be compared with (Op.compute_dtype; measure.ceilings measures each), and the
+# 2:4-sparse rate, twice the case dtype's dense one (a 2:4 matmul's FLOPs are counted dense, 2MNK).
+MATMUL_KINDS = ("fp32", "tf32", "bf16", "fp16", "fp8")
+SPARSE24 = "sparse24"
+COMPUTE_KINDS = (*MATMUL_KINDS, SPARSE24)
 BASELINES = BASELINE_NAMES  # kept in results.py, which the light modules (reports, the CLI) import without torch
 # The baselines an op lists among its impls (op.all_impls(), ``--impl compile`` in a check): the derived eager one
 # is the reference itself, which a check would only compare with itself.
 LISTED_BASELINES = ("compile",)
 
-# Per-dtype floor of the tolerance: (atol, rtol). An element passes when it is within this floor plus twice
-# the reference's own low-precision error (see verify.py). The floors are PyTorch's assert_close defaults.
-TOLERANCES: dict[torch.dtype, tuple[float, float]] = {
-    torch.float64: (1e-7, 1e-7),
-    torch.float32: (1e-5, 1.3e-6),
-    torch.float16: (1e-5, 1e-3),
-    torch.bfloat16: (1e-5, 1.6e-2),
-}
-
-DTYPE_NAMES: dict[str, torch.dtype] = {
-    "float64": torch.float64, "fp64": torch.float64,
-    "float32": torch.float32, "fp32": torch.float32,
-    "float16": torch.float16, "fp16": torch.float16, "half": torch.float16,
-    "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
-}
-
-Size = tuple[int, ...]
 InputFactory = Callable[[Size, torch.dtype, torch.device, int], tuple[Any, ...]]
 # shapes(*size) -> one shape per positional parameter of the reference, e.g. lambda M, N: ((M, N), (N,))
 ShapesFn = Callable[..., Sequence[Sequence[int]]]
 CostFn = Callable[..., int]
-
-
-def dtype_name(dtype: torch.dtype) -> str:
-    return str(dtype).removeprefix("torch.")
-
-
-def parse_dtype(name: str) -> torch.dtype:
-    try:
-        return DTYPE_NAMES[name.strip().lower()]
-    except KeyError:
-        raise SpecError(f"unknown dtype {name!r}; use one of {', '.join(sorted(DTYPE_NAMES))}") from None
-
-
-def parse_size(text: str) -> Size:
-    """'1823x781' -> (1823, 781)."""
-    try:
-        size = tuple(int(part) for part in text.strip().lower().split("x"))
-    except ValueError:
-        raise SpecError(f"bad size {text!r}: write dimensions joined by 'x', e.g. 1823x781") from None
-    if not size or any(d < 0 for d in size):
-        raise SpecError(f"bad size {text!r}: dimensions must be non-negative integers")
-    return size
-
-
-def to_size(size: Size | str | None) -> Size | None:
-    """A shape given as '1823x781' or as a sequence of ints; None stays None (the op's default applies)."""
-    if size is None:
-        return None
-    return parse_size(size) if isinstance(size, str) else _as_size(size)
-
-
-def to_dtype(dtype: torch.dtype | str | None) -> torch.dtype | None:
-    """A dtype given by name ('bf16', 'float32') or as a torch.dtype; None stays None (the op's default applies)."""
-    return parse_dtype(dtype) if isinstance(dtype, str) else dtype
-
-
-def seeded_normal(size: Size, dtype: torch.dtype, device: torch.device | str, seed: int) -> torch.Tensor:
-    """A standard-normal tensor that depends only on (size, seed): drawn on the CPU, then moved and cast."""
-    gen = torch.Generator(device="cpu").manual_seed(seed)
-    return torch.randn(size, generator=gen, dtype=torch.float32).to(device=device, dtype=dtype)
 
 
 @dataclass(frozen=True)
@@ -143,7 +104,7 @@ class Op:
     impls: dict[str, Impl] = field(default_factory=dict)
     description: str = ""
     backward: Backward | None = None
-    # The matmul rate a case's FLOPs compare with, when not the case dtype's own (measure.ceilings.MATMUL_KINDS):
+    # The matmul rate a case's FLOPs compare with, when not the case dtype's own (COMPUTE_KINDS):
     # "fp8" for fp8 operands with a bfloat16 output dtype, "tf32" for float32 cases run on TF32 tensor cores,
     # "sparse24" for 2:4-sparse matmuls (twice the case dtype's dense rate).
     compute_dtype: str = ""
@@ -159,7 +120,8 @@ class Op:
 
         They run when named (``--impl compile``); built lazily because torch.compile is heavy to import.
         """
-        derived = {name: backends.baseline_impl(name, self) for name in LISTED_BASELINES if name not in self.impls}
+        derived = {name: registry.backend(name).baseline_impl(self) for name in LISTED_BASELINES
+                   if name not in self.impls and name in registry.names()}
         return {name: impl for name, impl in derived.items() if impl is not None}
 
     def all_impls(self) -> dict[str, Impl]:
@@ -187,9 +149,9 @@ class Op:
         An impl named ``compile`` replaces the op's torch.compile baseline of that name.
         """
         resolved = backend or _backend_from_name(name)
-        if resolved not in backends.names():
+        if resolved not in registry.names():
             raise SpecError(f"impl {name!r} of op {self.name!r}: unknown backend {resolved!r}; use one of "
-                            f"{backends.names()}")
+                            f"{registry.names()}")
         if name in self.impls:
             raise SpecError(f"op {self.name!r} already has an impl named {name!r}; give each impl its own name")
 
@@ -228,9 +190,9 @@ class Op:
 
 def _backend_from_name(name: str) -> str:
     head = name.split("_")[0]
-    if head in backends.names():
+    if head in registry.names():
         return head
-    raise SpecError(f"cannot tell the backend of impl {name!r}: start its name with one of {backends.names()} or "
+    raise SpecError(f"cannot tell the backend of impl {name!r}: start its name with one of {registry.names()} or "
                     "pass backend=")
 
 
@@ -280,7 +242,7 @@ def input_shapes(shapes: ShapesFn, size: Size, params: Sequence[str], name: str)
         raise SpecError(f"{where} failed ({exc}): shapes= takes one argument per dimension of the case's size "
                         f"({len(size)} here), e.g. shapes=lambda M, N: ((M, N), (N,))") from None
     try:
-        out = [_as_size(shape) for shape in given]
+        out = [as_size(shape) for shape in given]
     except (SpecError, TypeError):
         raise SpecError(f"{where} gave {given!r}: return one shape (a tuple of ints) per parameter") from None
     if len(out) != len(params):
@@ -319,12 +281,10 @@ def op(
     def build(fn: Callable[..., Any]) -> Op:
         if not sizes:
             raise SpecError(f"op {fn.__name__!r} needs at least one size")
-        from kernelkit.measure.ceilings import COMPUTE_KINDS  # late: the ceilings are not needed to declare an op
-
         if compute_dtype and compute_dtype not in COMPUTE_KINDS:
             raise SpecError(f"op {fn.__name__!r}: compute_dtype {compute_dtype!r} is not one of {COMPUTE_KINDS}")
-        gpu_sizes = [_as_size(s) for s in sizes]
-        small = [_as_size(s) for s in cpu_sizes] if cpu_sizes else _shrink(gpu_sizes)
+        gpu_sizes = [as_size(s) for s in sizes]
+        small = [as_size(s) for s in cpu_sizes] if cpu_sizes else _shrink(gpu_sizes)
         doc = inspect.getdoc(fn) or ""
         op_name = name or fn.__name__
         if inputs is not None and shapes is not None:
@@ -340,7 +300,7 @@ def op(
             dtypes=list(dtypes),
             cpu_sizes=small,
             make_inputs=inputs or (_shaped_inputs(shapes, fn, op_name) if shapes else _default_inputs(fn, op_name)),
-            bench_sizes=[_as_size(s) for s in bench_sizes] if bench_sizes else gpu_sizes,
+            bench_sizes=[as_size(s) for s in bench_sizes] if bench_sizes else gpu_sizes,
             bytes_fn=bytes,
             flops_fn=flops,
             tolerance=dict(tolerance or {}),
@@ -351,18 +311,6 @@ def op(
     return build(reference) if reference is not None else build
 
 
-def _as_size(size: Any) -> Size:
-    if isinstance(size, int):
-        size = (size,)
-    try:
-        shape = tuple(int(d) for d in size)
-    except TypeError:
-        raise SpecError(f"size {size!r} is not a shape; write a tuple of ints such as (1823, 781)") from None
-    if any(d < 0 for d in shape):
-        raise SpecError(f"size {size!r} has a negative dimension")
-    return shape
-
-
 def _shrink(sizes: list[Size]) -> list[Size]:
     small: list[Size] = []
     for size in sizes:
@@ -370,6 +318,28 @@ def _shrink(sizes: list[Size]) -> list[Size]:
         if capped not in small:
             small.append(capped)
     return small
+
+
+@dataclass
+class CaseSetup:
+    """An impl of an op at one size and dtype on one device, with its inputs made (target.prepare_case makes one)."""
+
+    op: Op
+    impl: Impl
+    size: Size
+    dtype: torch.dtype
+    device: str
+    inputs: tuple[Any, ...]
+    source: str = ""  # where the op is defined (a module name or a .py path), to load it again in another process
+
+    @property
+    def label(self) -> str:
+        """'square/triton_flat/4096x4096/float32': names the case in tables, traces and NVTX ranges."""
+        return f"{self.op.name}/{self.impl.name}/{'x'.join(map(str, self.size))}/{dtype_name(self.dtype)}"
+
+    def call(self) -> Any:
+        """One call of the impl on the case's inputs."""
+        return self.impl.fn(*self.inputs)
 
 
 @dataclass(frozen=True)

@@ -19,28 +19,21 @@ is the target's source, loaded by workers like any other.
 
 from __future__ import annotations
 
-import hashlib
-import importlib
-import importlib.util
 import os
-import sys
-import traceback
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import torch
 
 from kernelkit import backends
 from kernelkit.errors import LoadError, SpecError, did_you_mean
+from kernelkit.formats import sources as formats
+from kernelkit.loading import load
 from kernelkit.ops import BUILTIN_OPS
-from kernelkit.spec import Case, Impl, Op, Size, dtype_name, to_dtype, to_size
+from kernelkit.spec import Case, CaseSetup, Impl, Op, Size, dtype_name, to_dtype, to_size
 
 DEVICES = ("cpu", "cuda")
-
-_loaded: dict[str, dict[str, Op]] = {}
-
 
 def resolve_device(device: str | None) -> str:
     """None -> 'cuda' when a GPU is visible, else 'cpu'. Asking for cuda without a GPU is an error."""
@@ -128,28 +121,6 @@ def open_target(target: str, device: str | None = None, solution: str | None = N
     return Target(target, source, dev, named, defined, format=kind, solution=chosen)
 
 
-@dataclass
-class CaseSetup:
-    """An impl of an op at one size and dtype on one device, with its inputs made."""
-
-    op: Op
-    impl: Impl
-    size: Size
-    dtype: torch.dtype
-    device: str
-    inputs: tuple[Any, ...]
-    source: str = ""  # where the op is defined (a module name or a .py path), to load it again in another process
-
-    @property
-    def label(self) -> str:
-        """'square/triton_flat/4096x4096/float32': names the case in tables, traces and NVTX ranges."""
-        return f"{self.op.name}/{self.impl.name}/{'x'.join(map(str, self.size))}/{dtype_name(self.dtype)}"
-
-    def call(self) -> Any:
-        """One call of the impl on the case's inputs."""
-        return self.impl.fn(*self.inputs)
-
-
 def prepare_case(
     target: str,
     impl: str,
@@ -208,7 +179,6 @@ def resolve(target: str) -> str:
 def resolve_problem(target: str, solution: str | None = None) -> tuple[str, str | None]:
     """(source, format): an outside problem (formats.detect) -> the generated op file and its format; anything
     else -> ``resolve(target)`` and None. A ``solution`` is only for a problem; LoadError names what is wrong."""
-    from kernelkit import formats  # here, not at the top: formats' exporter opens targets through this module
 
     path = Path(target).expanduser()
     builtin = target in BUILTIN_OPS and os.sep not in target  # a built-in name wins over a file or folder like it
@@ -230,43 +200,6 @@ def resolve_problem(target: str, solution: str | None = None) -> tuple[str, str 
         if kind == "gpumode" and not chosen.is_file():
             raise LoadError(f"the solution of a GPU MODE task is a submission file; {solution} is a folder")
     return formats.source_file(path, solution), kind
-
-
-def load(source: str) -> dict[str, Op]:
-    """Import ``source`` once per process and return its ops by name. The process must be prepared already (a
-    worker, or after ``open_target``): ``source`` may import triton or numba."""
-    if source not in _loaded:
-        module = _import_file(source) if source.endswith(".py") else importlib.import_module(source)
-        ops = {v.name: v for v in vars(module).values() if isinstance(v, Op)}
-        if not ops:
-            raise LoadError(f"{source} defines no op; decorate a reference function with @kernelkit.op(...)")
-        _loaded[source] = ops
-    return _loaded[source]
-
-
-def _import_file(path: str) -> object:
-    digest = hashlib.sha256(path.encode()).hexdigest()[:10]
-    name = f"kernelkit_user_{Path(path).stem}_{digest}"
-    spec = importlib.util.spec_from_file_location(name, path)
-    if spec is None or spec.loader is None:
-        raise LoadError(f"cannot import {path}: not a Python file")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # dataclasses, pickling and Triton's source lookup need the module registered
-    folder = str(Path(path).parent)
-    if folder not in sys.path:
-        sys.path.append(folder)  # the file may import modules that sit beside it, when loaded or when run
-    try:
-        spec.loader.exec_module(module)
-    except SyntaxError as exc:
-        del sys.modules[name]
-        line = (exc.text or "").strip()
-        raise LoadError(f"syntax error in {exc.filename}:{exc.lineno}: {exc.msg}\n    {line}") from None
-    except Exception as exc:
-        del sys.modules[name]
-        frames = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename == path]
-        where = f" (line {frames[-1].lineno})" if frames else ""
-        raise LoadError(f"importing {path} failed{where}: {type(exc).__name__}: {exc}") from None
-    return module
 
 
 def make_cases(

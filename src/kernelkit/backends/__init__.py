@@ -1,8 +1,9 @@
 """Backends: the registry of the ways an impl can run, and what the rest of kernelkit asks of them.
 
-Each backend is a ``Backend`` (base.py) in its own module. The built-in ones are listed in ``BUILTIN`` by where
-they live and imported on first use; a user's file can add one with ``register(MyBackend())`` before its impls
-are declared (a worker imports that file too, so the backend is there as well).
+Each backend is a ``Backend`` (base.py) in its own module. The built-in ones are listed in ``BUILTIN`` (registry.py,
+which the data model reads without importing any backend) by where they live and imported on first use; a user's
+file can add one with ``register(MyBackend())`` before its impls are declared (a worker imports that file too, so
+the backend is there as well).
 
 Nothing here runs at import. ``prepare_process`` must be called before user code imports triton or numba: every
 entry point does it by opening its target (``kernelkit.target.open_target``), and every worker first thing.
@@ -10,11 +11,11 @@ entry point does it by opening its target (``kernelkit.target.open_target``), an
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING, Any
 
 from kernelkit.backends.base import Backend
-from kernelkit.errors import BackendUnavailable, SpecError
+from kernelkit.errors import BackendUnavailable
+from kernelkit.registry import BUILTIN, backend, every_backend, names, register
 
 if TYPE_CHECKING:
     import torch
@@ -23,55 +24,6 @@ if TYPE_CHECKING:
 
 __all__ = ["BUILTIN", "Backend", "backend", "baseline_impl", "build_details", "build_state", "cuda_context_lost",
            "ensure_runnable", "every_backend", "is_compile_error", "names", "prepare_process", "register"]
-
-# The built-in backends, by name: "module:class", imported when first asked for. One line per backend.
-BUILTIN: dict[str, str] = {
-    "eager": "kernelkit.backends.eager:EagerBackend",
-    "compile": "kernelkit.backends.compiled:CompileBackend",
-    "triton": "kernelkit.backends.triton.backend:TritonBackend",
-    "cuda": "kernelkit.backends.cuda.backend:CudaBackend",
-    "numba": "kernelkit.backends.numba:NumbaBackend",
-}
-
-_loaded: dict[str, Backend] = {}
-_added: dict[str, Backend] = {}  # registered at run time, in registration order
-
-
-def register(backend: Backend) -> Backend:
-    """Add ``backend`` under its name (impls whose name starts with it then belong to it); returns it.
-
-    Registering the same name again replaces the earlier one (a user's file may be imported more than once); a
-    built-in backend's name cannot be taken.
-    """
-    if not backend.name or not backend.name.isidentifier() or "_" in backend.name:
-        raise SpecError(f"backend name {backend.name!r}: use one word of letters and digits (impl names start with "
-                        "it, followed by '_')")
-    if backend.name in BUILTIN:
-        raise SpecError(f"{backend.name!r} is a built-in backend; give yours another name")
-    _added[backend.name] = backend
-    return backend
-
-
-def names() -> tuple[str, ...]:
-    """Every backend's name: the built-in ones, then those registered at run time."""
-    return (*BUILTIN, *_added)
-
-
-def backend(name: str) -> Backend:
-    """The backend called ``name``; SpecError naming the known ones if there is none."""
-    if name in _added:
-        return _added[name]
-    if name not in _loaded:
-        if name not in BUILTIN:
-            raise SpecError(f"unknown backend {name!r}; use one of {', '.join(names())}")
-        module, _, cls = BUILTIN[name].partition(":")
-        _loaded[name] = getattr(importlib.import_module(module), cls)()
-    return _loaded[name]
-
-
-def every_backend() -> list[Backend]:
-    """Every backend, built-in ones first (each imported on first use)."""
-    return [backend(name) for name in names()]
 
 
 def prepare_process(device: str) -> None:

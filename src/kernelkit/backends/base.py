@@ -30,9 +30,8 @@ from kernelkit.errors import BackendUnavailable
 if TYPE_CHECKING:
     import torch
 
-    from kernelkit.profiling.sass import KernelAsm
-    from kernelkit.spec import Impl, Op
-    from kernelkit.target import CaseSetup
+    from kernelkit.backends.sass import KernelAsm
+    from kernelkit.spec import CaseSetup, Impl, Op
 
 AsmKernels = tuple[list["KernelAsm"], list[str]]  # the kernels of one case, and notes about how they were found
 
@@ -68,7 +67,7 @@ class Backend:
 
     def early_builds(self, impl: Impl, device: str) -> list[Any]:
         """The impl's kernels (objects with ``compile()``) whose first build takes tens of seconds, for a run on
-        ``device`` to build in a separate process while other cases run (backends/early.py). Default: none."""
+        ``device`` to build in a separate process while other cases run (runs/early.py). Default: none."""
         return []
 
     def is_compile_error(self, exc: BaseException) -> bool:

@@ -103,8 +103,8 @@ def bench_command(
     Exit code: 0 when every case that ran was correct and timed, 1 otherwise, 2 for bad arguments, 130 when
     interrupted (finished cases are kept in the store).
     """
-    from kernelkit.jobs.repeat import bench_repeated
     from kernelkit.report.bench_table import bench_table, note_lines, skip_lines, warning_lines
+    from kernelkit.runs.repeat import bench_repeated
 
     opened = None
     try:
@@ -177,14 +177,16 @@ def _check_arguments(mode: str, device: str | None, budget: float | None, rse: f
                      store: Path | None, no_store: bool, json_path: Path | None, csv_path: Path | None,
                      plot_dir: Path | None) -> None:
     """Every flag that can be judged before any work: a bad one ends the command before a case runs."""
-    from kernelkit.measure.measurement import MODES
-    from kernelkit.runner import check_timeout
+    from kernelkit.measure import modes
+    from kernelkit.runs.check import check_timeout
     from kernelkit.target import resolve_device
 
-    if mode not in MODES:
-        raise KernelkitError(f"unknown mode {mode!r}{did_you_mean(mode, MODES)}; use one of {', '.join(MODES)}")
-    if mode in ("graph", "kernel") and resolve_device(device) == "cpu":
-        raise KernelkitError(f"--mode {mode} needs a CUDA GPU (graphs, kernel device time); on the CPU use cold or hot")
+    if mode not in modes.names():
+        raise KernelkitError(f"unknown mode {mode!r}{did_you_mean(mode, modes.names())}; use one of "
+                             f"{', '.join(modes.names())}")
+    if modes.get(mode).needs_gpu and resolve_device(device) == "cpu":
+        raise KernelkitError(f"--mode {mode} needs a CUDA GPU ({modes.get(mode).summary}); on the CPU use "
+                             f"{' or '.join(modes.names('cpu'))}")
     check_seconds(budget, "--budget")
     check_timeout(timeout)
     if not (0 < rse < 1):
@@ -198,10 +200,11 @@ def _check_arguments(mode: str, device: str | None, budget: float | None, rse: f
 
 def _write_outputs(results: list, env: dict, json_path: Path | None, csv_path: Path | None,
                    plot_dir: Path | None) -> None:
+    from kernelkit.measure.measurement import bench_document
     from kernelkit.report import export
 
     if json_path is not None and str(json_path) == "-":  # --json -: the document on stdout, instead of the table
-        sys.stdout.write(export.json_text(results, env=env))
+        sys.stdout.write(bench_document(results, env=env))
     elif json_path is not None:
         err.print(f"wrote {export.write_json(results, json_path, env=env)}", highlight=False)
     if csv_path is not None:

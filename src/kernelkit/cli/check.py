@@ -40,7 +40,7 @@ from kernelkit.errors import KernelkitError
 from kernelkit.report.progress import run_bar
 
 if TYPE_CHECKING:
-    from kernelkit.runner import RunReport
+    from kernelkit.results import RunReport
 
 
 def register(app: typer.Typer) -> None:
@@ -53,8 +53,8 @@ def ops_command(
     as_json: Annotated[bool, typer.Option("--json", help="Print the ops as JSON to stdout.")] = False,
 ) -> None:
     """List the built-in ops and their impls (NAME: one op in full)."""
+    from kernelkit.cli.catalog import catalog
     from kernelkit.errors import did_you_mean
-    from kernelkit.ops.catalog import catalog
     from kernelkit.report.check_table import SHORT_DTYPES
 
     ops = catalog()
@@ -149,7 +149,8 @@ def check_command(
 
 def _verdicts(target: str, solution: str | None, impls: list[str], report: RunReport, timeout: float) -> list:
     """The format's own verdict on each problem of an outside problem target, beside kernelkit's; [] otherwise."""
-    from kernelkit.formats.jobs import run_verdicts, verdict_jobs
+    from kernelkit.formats.jobs import verdict_jobs
+    from kernelkit.runs.verdicts import run_verdicts
 
     planned = [p for p in verdict_jobs(target, solution) if not impls or p.impl in impls]
     if not planned:
@@ -164,7 +165,7 @@ def _run_check(
     seeds: int, timeout: float, quiet: bool, strict: bool = False,
     gpus: str | None = None, ray: str | None = None, solution: str | None = None,
 ) -> RunReport:
-    from kernelkit.runner import check
+    from kernelkit.runs.check import check
 
     try:
         size_list, dtype_list = parse_sizes(sizes), parse_dtypes(dtypes)

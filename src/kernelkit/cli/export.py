@@ -37,7 +37,7 @@ def export_command(
     Exit code: 0 when written, 2 for an unknown op, impl or format, or a file that exists (without --force).
     """
     from kernelkit import formats
-    from kernelkit.formats.export import FORMATS
+    from kernelkit.runs.export import FORMATS
     from kernelkit.target import open_target
 
     try:

@@ -33,8 +33,8 @@ BUDGET = {"cuda": 0.5, "cpu": 0.2}  # seconds of sampling per contender
 
 def matmul_step(ctx: DemoContext) -> Outcome:
     """bench_op of the ladder (fp32) and the Triton kernels (bf16) against cuBLAS; one table of % of cuBLAS each."""
-    from kernelkit.jobs.bench import bench_op
     from kernelkit.report.bench_table import skip_lines, warning_lines
+    from kernelkit.runs.bench import bench_op
 
     budget = BUDGET[ctx.device] / (2 if ctx.quick else 1)
     if ctx.gpu:

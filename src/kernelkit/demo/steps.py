@@ -154,12 +154,12 @@ def check_sweeps(device: str, quick: bool) -> list[Sweep]:
 
 def check_step(ctx: DemoContext) -> Outcome:
     """Every impl of square and softmax checked (one worker process for both ops), one check table per op."""
-    from kernelkit import runner
     from kernelkit.report.check_table import print_report, summary_line
+    from kernelkit.runs import check as runs
 
     sweeps = check_sweeps(ctx.device, ctx.quick)
     cases = [case for sweep in sweeps
-             for case in runner.plan(sweep.op, device=ctx.device, sizes=sweep.sizes, dtypes=sweep.dtypes)[1]]
+             for case in runs.plan(sweep.op, device=ctx.device, sizes=sweep.sizes, dtypes=sweep.dtypes)[1]]
     # torch's load_inline builds a C++ extension against torch's headers: half a minute of nvcc on a GPU machine,
     # minutes of compile-only checking on a small CPU, the first time. The tour leaves it to `kernelkit check`.
     left_out = sorted({f"{c.op}/{c.impl}" for c in cases if _builds_an_extension(c.op, c.impl)})
@@ -175,7 +175,7 @@ def check_step(ctx: DemoContext) -> Outcome:
         ctx.console.print(why.strip(), highlight=False)
     with _progress(ctx, "checking") as bar:
         bar.planned(len(cases))
-        report = runner.run_cases(cases, ctx.device, timeout=ctx.timeout, on_result=bar.done, on_phase=bar.phase)
+        report = runs.run_cases(cases, ctx.device, timeout=ctx.timeout, on_result=bar.done, on_phase=bar.phase)
     if report.interrupted:
         raise KeyboardInterrupt
     notes = []
@@ -240,9 +240,9 @@ def bench_impls(op_name: str, device: str, quick: bool = False) -> list[str]:
 
 def bench_step(ctx: DemoContext) -> Outcome:
     """bench_op of square and softmax against eager and torch.compile; one bench table each."""
-    from kernelkit.jobs.bench import bench_op
     from kernelkit.report.bench_table import bench_table, note_lines, skip_lines, warning_lines
     from kernelkit.results import Status
+    from kernelkit.runs.bench import bench_op
 
     budget = BENCH_BUDGET[ctx.device] / (2 if ctx.quick else 1)
     ctx.console.print(
@@ -326,8 +326,8 @@ def profile_step(ctx: DemoContext) -> Outcome:
 
 def asm_step(ctx: DemoContext) -> Outcome:
     """kk.asm of square's cuda_vec4 and the summary the `asm` command prints, then what it says."""
+    from kernelkit.backends.sass import SassMemory
     from kernelkit.profiling.asm import report_for
-    from kernelkit.profiling.sass import SassMemory
     from kernelkit.report.profile_table import print_asm_summary
 
     report = report_for("square", "cuda_vec4")

@@ -16,7 +16,6 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING
 
-from kernelkit.doctor import timing
 from kernelkit.doctor.report import Check, DoctorReport
 
 if TYPE_CHECKING:
@@ -35,7 +34,7 @@ def doctor(device: str | None = None, *, ncu: bool = True, budget: float | None 
     ncu: cross-check with Nsight Compute when it is there. budget: seconds of sampling per kernel and mode
     (default 1 on a GPU, 0.5 on the CPU). bench and ncu_time replace the timer and the ncu run (tests).
     """
-    from kernelkit.doctor import machine  # imports torch: this package stays light (kernelkit imports it first)
+    from kernelkit.doctor import machine, timing  # import torch: this package stays light (kernelkit imports it)
     from kernelkit.measure import host
     from kernelkit.measure.timer import bench as timer_bench
     from kernelkit.target import resolve_device

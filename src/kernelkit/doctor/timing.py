@@ -13,11 +13,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from kernelkit.doctor.report import Check, DoctorReport
+from kernelkit.measure import modes
 from kernelkit.measure.measurement import Measurement
+from kernelkit.units import format_time
 
-# How far a mode may read from its reference on the large kernel: ncu for cold and kernel mode (cold mode held
-# within 1.4% of ncu on an H100), cold mode for graph (rotating copies) and hot (past the L2 both stream).
-TOLERANCE = {"cold": 0.02, "kernel": 0.03, "graph": 0.05, "hot": 0.05}
 FAIL_FACTOR = 3  # further than this many tolerances: the mode is broken, not noisy
 ORDER_SLACK = 0.10  # tiny kernel: a mode that must read below another may exceed it by this much (noise)
 Bench = Callable[..., Measurement]
@@ -39,7 +38,7 @@ def references(device: str) -> list[Reference]:
 
 
 def modes_for(device: str) -> tuple[str, ...]:
-    return ("cold", "hot", "graph", "kernel") if device == "cuda" else ("cold", "hot")
+    return modes.names(device)
 
 
 def cross_check(report: DoctorReport, device: str, bench: Bench, ncu_time: NcuTime | None, budget: float) -> None:
@@ -101,22 +100,24 @@ def _verdict(topic: str, value: float, base: float, base_name: str, tolerance: f
 
 
 def large_verdicts(medians: dict[str, float | None], flagged: dict[str, bool], name: str = "large") -> list[Check]:
-    """Cold and kernel mode against ncu (else kernel against cold), graph and hot against cold."""
-    cold, ncu = medians.get("cold"), medians.get("ncu")
+    """A mode that evicts (cold, kernel) against ncu, else against the default mode; within each mode's agreement
+    (measure/modes.py)."""
+    reference, ncu = medians.get(modes.DEFAULT), medians.get("ncu")
     checks = []
-    for mode in ("cold", "kernel", "graph", "hot"):
-        value = medians.get(mode)
+    for mode_name in modes.names():
+        mode, value = modes.get(mode_name), medians.get(mode_name)
         if value is None:
             continue
-        if mode in ("cold", "kernel") and ncu:
-            checks.append(_verdict(f"{name}: {mode}", value, ncu, "ncu", TOLERANCE[mode]))
-        elif mode == "cold":
-            checks.append(Check(f"{name}: cold", "info", f"{_t(value)}: the reference here (no ncu to compare with)"))
-        elif cold:
-            checks.append(_verdict(f"{name}: {mode}", value, cold, "cold", TOLERANCE[mode]))
-        if flagged.get(mode):
-            checks.append(Check(f"{name}: {mode}", "fail", "a launch-bound warning on a kernel this large: the "
-                                                          "launch-bound diagnosis is wrong here"))
+        if mode.evicts and ncu:
+            checks.append(_verdict(f"{name}: {mode_name}", value, ncu, "ncu", mode.agreement))
+        elif mode_name == modes.DEFAULT:
+            checks.append(Check(f"{name}: {mode_name}", "info",
+                                f"{_t(value)}: the reference here (no ncu to compare with)"))
+        elif reference:
+            checks.append(_verdict(f"{name}: {mode_name}", value, reference, modes.DEFAULT, mode.agreement))
+        if flagged.get(mode_name):
+            checks.append(Check(f"{name}: {mode_name}", "fail", "a launch-bound warning on a kernel this large: the "
+                                                               "launch-bound diagnosis is wrong here"))
     return checks
 
 
@@ -190,8 +191,6 @@ def _relation(value: float, other: float, other_name: str) -> str:
 
 
 def _t(seconds: float) -> str:
-    from kernelkit.report.bench_table import format_time
-
     return format_time(seconds)
 
 

@@ -11,10 +11,15 @@
 - kernelbench.py, gpumode.py: each format's loader (how it seeds, builds inputs and shares weights);
 - verdicts.py: each format's own verdict, reproduced, and side by side with kernelkit's;
 - summary.py: fast_p and geometric means; scan.py: load every problem of a KernelBench checkout, run nothing;
-- export.py: write a kernelkit impl as a KernelBench solution or a GPU MODE submission (and the op as a problem).
+- export_problem, export_submission (runs/export.py): write a kernelkit impl as a KernelBench solution or a GPU MODE
+  submission (and the op as a problem).
 """
 
-from kernelkit.formats.export import export_problem, export_submission
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
 from kernelkit.formats.sources import detect, load_ops, source_file
 from kernelkit.formats.summary import LevelSummary, ProblemScore, fast_p, geometric_mean, level_summary
 from kernelkit.formats.verdicts import (
@@ -44,3 +49,11 @@ __all__ = [
     "side_by_side",
     "source_file",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """The exporters (runs/export.py), imported on first use: an export opens targets (kernelkit.target), which
+    import this package for its loaders."""
+    if name in ("export_problem", "export_submission"):
+        return getattr(importlib.import_module("kernelkit.runs.export"), name)
+    raise AttributeError(f"module 'kernelkit.formats' has no attribute {name!r}")

@@ -2,14 +2,13 @@
 crash, a hang or an out-of-memory in the problem's code ends that verdict and not the caller.
 
 ``verdict_jobs(target, solution)`` plans one job per problem of a target (the impl it judges: the solution, the
-submission, or the reference when no solution was given); ``run_verdicts`` runs them in one worker and puts each
+submission, or the reference when no solution was given); runs/verdicts.py runs them in one worker and puts each
 verdict beside kernelkit's results for the same impl (``kernelkit check`` prints these).
 """
 
 from __future__ import annotations
 
-import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -20,12 +19,10 @@ from kernelkit.formats import gpumode, kernelbench
 from kernelkit.formats.sources import detect
 from kernelkit.formats.verdicts import (
     GpuModeVerdict,
-    Judged,
     KernelBenchVerdict,
     SideBySide,
     gpumode_verdict,
     kernelbench_verdict,
-    side_by_side,
 )
 from kernelkit.results import Status
 from kernelkit.spec import parse_dtype
@@ -130,30 +127,3 @@ def verdict_jobs(target: str | Path, solution: str | Path | None = None) -> list
 
 def _text(path: Path | None) -> str | None:
     return str(path) if path is not None else None
-
-
-def run_verdicts(
-    planned: Sequence[PlannedVerdict], results: Sequence[Judged], device: str, *, timeout: float = 300.0,
-    isolate: bool = True,
-) -> list[VerdictRow]:
-    """Each planned verdict, reached in one worker process (in this one with ``isolate=False``), beside kernelkit's
-    result for the same op and impl (``results``: CaseResults or BenchResults; the first of them that did not
-    pass stands for the impl, else its first)."""
-    from kernelkit import runner  # here: the runner imports every stage; this module is imported by formats
-
-    rows = []
-    with tempfile.TemporaryDirectory(prefix="kernelkit-verdicts-") as tmp:
-        worker = runner.Worker(device, Path(tmp) / "worker.log") if isolate else None
-        try:
-            for plan in planned:
-                outcome = worker.run(plan.job, timeout) if worker else plan.job.execute(device)
-                mine = [r for r in results if (getattr(r, "op", ""), getattr(r, "impl", "")) == (plan.op, plan.impl)]
-                standing = next((r for r in mine if r.status is not Status.PASSED), mine[0] if mine else None)
-                side = None
-                if outcome.verdict is not None and standing is not None:
-                    side = side_by_side(outcome.verdict, standing)
-                rows.append(VerdictRow(plan.op, plan.impl, outcome, side))
-        finally:
-            if worker is not None:
-                worker.stop()
-    return rows

@@ -19,9 +19,9 @@ import torch
 from kernelkit import backends, verify
 from kernelkit.errors import BackendUnavailable, CompileError, InputError, describe_exception
 from kernelkit.jobs import OnBuilt, caught_warnings, progress, unique
+from kernelkit.loading import load
 from kernelkit.results import CaseResult, Status
 from kernelkit.spec import Case, Impl, Op, parse_dtype
-from kernelkit.target import load
 
 # The second input set (stale-output probe) uses a seed far from any the user is likely to pick.
 STALE_SEED_OFFSET = 7_919_000

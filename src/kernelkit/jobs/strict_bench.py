@@ -1,21 +1,14 @@
-"""Strict mode's benchmark: strict checks as the gate, timed calls on rotating secret inputs, rechecked here.
+"""Strict mode's benchmark, the worker's side (runs/strict_bench.py plans it and judges what comes back): the
+contenders timed on input sets sent as bytes, in rotation, and the outputs of the calls drawn for judging sent back
+as bytes.
 
-For one (op, size, dtype):
-1. each case is checked in strict mode (jobs/strict.py); only PASSED ones are timed;
-2. this process draws ROTATION input sets from secret seeds and computes their references; the worker gets the
-   inputs only, as bytes. Timed call n runs on set n mod ROTATION (the same tensors every time round, so the
-   timing is the usual one, plus the rotation's bookkeeping, a fraction of a microsecond), and the outputs of
-   calls whose numbers this process drew at random (one in each power-of-two range, the last KEPT reached) and
-   of the last call come back as bytes, to be judged here against their own set's reference;
-3. the baselines are timed in a job of their own, on sets of their own: the eager baseline is the reference,
-   and its outputs must not sit in the process that runs the impls;
-4. a harness object replaced while timing is CHEATED; a time above SUSPECT_PCT of the calibrated ceiling is
-   SUSPECT, a failure here (outside strict mode it is a flag in the table).
+Timed call n runs on set n mod ROTATION (the same tensors every time round, so the timing is the usual one, plus
+the rotation's bookkeeping, a fraction of a microsecond); the outputs of the calls in ``keep`` (drawn by the judging
+process: one in each power-of-two range, the last KEPT reached) and of the last call are kept alive and packed.
 """
 
 from __future__ import annotations
 
-import secrets
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -25,14 +18,21 @@ import torch
 from kernelkit import verify, wire
 from kernelkit.errors import describe_exception
 from kernelkit.jobs import OnBuilt, caught_warnings, unique
-from kernelkit.jobs import check as check_module
-from kernelkit.jobs.strict import SEAL, StrictChecker, pack, unpack
+from kernelkit.jobs.bench import (
+    JOB_SLACK,
+    PER_CONTENDER_SLACK,
+    BenchOutcome,
+    attach_timing,
+    contender_impl,
+    device_ceilings,
+)
+from kernelkit.jobs.strict_worker import SEAL, pack, unpack
+from kernelkit.loading import load
 from kernelkit.measure import timer
-from kernelkit.measure.measurement import SUSPECT_PCT, BenchResult
+from kernelkit.measure.measurement import BenchResult
 from kernelkit.measure.timer import Contender, Settings
 from kernelkit.results import Status
-from kernelkit.spec import BASELINES, Size, parse_dtype
-from kernelkit.target import load
+from kernelkit.spec import Size
 
 ROTATION = 3
 KEPT = 4
@@ -41,19 +41,13 @@ RANGES = 24  # call numbers drawn in [2^j, 2^(j+1)) for j < RANGES: up to 16M ti
 
 @wire.register
 @dataclass
-class StrictBenchOutcome:
-    results: list[BenchResult]
-    log: str = ""
-    details: dict[str, Any] = field(default_factory=dict)
-    warnings: list[str] = field(default_factory=list)
+class StrictBenchOutcome(BenchOutcome):
+    """A BenchOutcome with what the judging process checks itself: the drawn calls' outputs, as bytes, and the
+    harness objects replaced while timing."""
+
     # impl -> (call number, input set, outputs as bytes, the outputs' storage addresses, all alive when taken)
     rechecks: dict[str, list[tuple[int, int, bytes, tuple[int, ...]]]] = field(default_factory=dict)
     tampered: list[str] = field(default_factory=list)
-
-    @property
-    def status(self) -> Status:
-        failed = [r.status for r in self.results if r.status.failed]
-        return failed[0] if failed else Status.PASSED
 
 
 class _Rotation:
@@ -104,8 +98,6 @@ class StrictBenchJob:
 
     @property
     def timeout(self) -> float:
-        from kernelkit.jobs.bench import JOB_SLACK, PER_CONTENDER_SLACK
-
         per = self.settings.budget + timer.WARMUP_MAX_SECONDS + PER_CONTENDER_SLACK
         return JOB_SLACK + len(self.contenders) * per
 
@@ -127,16 +119,14 @@ class StrictBenchJob:
         return outcome
 
     def _execute(self, device: str, on_built: OnBuilt | None, notices: list[str]) -> StrictBenchOutcome:
-        from kernelkit.jobs.bench import _ceilings, _contender_impl, attach_timing
-
         op = load(self.source)[self.op]
         sets = [unpack(s, device) for s in self.sets]
         nbytes, flops, working = self.cost
-        ceilings = _ceilings(device, notices) if self.settings.calibrate else None
+        ceilings = device_ceilings(device, notices) if self.settings.calibrate else None
         outcome = StrictBenchOutcome([])
         entries: list[tuple[BenchResult, Contender, _Rotation]] = []
         for name, role in self.contenders:
-            impl = _contender_impl(op, name)
+            impl = contender_impl(op, name)
             result = self._result(name, role, device, Status.PASSED, backend=impl.backend)
             outcome.results.append(result)
             rotation = _Rotation(impl.fn, [verify.fresh_copies(s) for s in sets], self.keep)
@@ -160,84 +150,3 @@ class StrictBenchJob:
         return outcome
 
 
-def _secret_keep() -> frozenset[int]:
-    return frozenset(secrets.randbelow(1 << j) + (1 << j) for j in range(RANGES))
-
-
-def run_group(worker: Any, group: Any, settings: Settings, device: str, timeout: float,
-              emit: Callable[[BenchResult], None]) -> None:
-    """One (op, size, dtype) of a strict sweep: strict gate, then impls and baselines timed in two jobs."""
-    from kernelkit.jobs.bench import _gate_message, _speedups
-
-    checker = StrictChecker(device, worker, timeout)
-    passed: list[tuple[str, str]] = [("eager", "baseline")] if group.eager else []
-    for case in group.cases:
-        role = "baseline" if case.impl in BASELINES else "impl"
-        checked = checker.check(case)
-        if checked.status is Status.PASSED:
-            passed.append((case.impl, role))
-            continue
-        emit(BenchResult(case.op, case.impl, checked.backend, case.size, case.dtype, device, settings.mode,
-                         checked.status, role=role, message=_gate_message(checked), details=checked.details))
-    timed: list[BenchResult] = []
-    for part in ([p for p in passed if p[1] == "impl"], [p for p in passed if p[1] == "baseline"]):
-        if part:
-            timed.extend(_time(worker, group, tuple(part), settings, device))
-    _speedups(timed)
-    for result in timed:
-        emit(result)
-
-
-def _time(worker: Any, group: Any, contenders: tuple[tuple[str, str], ...], settings: Settings,
-          device: str) -> list[BenchResult]:
-    op = load(group.source)[group.op]
-    dtype = parse_dtype(group.dtype)
-    made = [check_module.reference_outputs(op, group.size, dtype, device, secrets.randbelow(2**31 - 1) + 1)
-            for _ in range(ROTATION)]
-    nbytes, flops = op.cost(made[0][0], made[0][2])
-    working = sum(t.numel() * t.element_size() for t in (*made[0][0], *made[0][2]) if isinstance(t, torch.Tensor))
-    job = StrictBenchJob(group.source, group.op, group.size, group.dtype, contenders, settings,
-                         tuple(pack(m[0]) for m in made), _secret_keep(), (nbytes, flops, working))
-    outcome: StrictBenchOutcome = worker.run(job, job.timeout)
-    atol, rtol = op.tolerance_for(dtype)
-    for result in outcome.results:
-        if result.status is not Status.PASSED:
-            if outcome.log:
-                result.details.setdefault("log", outcome.log)
-            continue
-        result.details["strict"] = True
-        verdict = _judge_timed(outcome, result, made, atol, rtol)
-        if verdict is not None:
-            result.status, result.message = verdict
-    return outcome.results
-
-
-def _judge_timed(outcome: StrictBenchOutcome, result: BenchResult, made: Sequence[Any], atol: float,
-                 rtol: float) -> tuple[Status, str] | None:
-    from kernelkit.jobs import guards
-
-    if outcome.tampered:
-        return Status.CHEATED, guards.describe_tampering(outcome.tampered, "while timing, the impl")
-    rechecks = outcome.rechecks.get(result.impl, [])
-    seen: dict[int, int] = {}
-    for n, _, _, ptrs in rechecks:  # every kept output was alive: one storage twice is one answer returned twice
-        for ptr in ptrs:
-            if ptr in seen:
-                return Status.CHEATED, (f"timed calls {seen[ptr]} and {n} returned the same output storage: an answer "
-                                        "replayed, not computed (a cache keyed on the inputs' address or version?)")
-            seen[ptr] = n
-    for n, which, data, _ in rechecks:
-        _, refs, los = made[which]
-        outs = tuple(o.to(r.device) if isinstance(o, torch.Tensor) else o
-                     for o, r in zip(unpack(data, "cpu"), refs, strict=False))
-        verdict = check_module.judge(outs, refs, los, atol, rtol)
-        if verdict.status is not Status.PASSED:
-            return verdict.status, f"timed call {n} (input set {which}) was wrong: {verdict.message}"
-    ceiling = result.measurement.ceiling if result.measurement is not None else None
-    # Only where every sample starts from memory (cold mode on a GPU) is a rate above the ceiling impossible; hot,
-    # graph-warm and kernel samples may read the L2 (or a CPU's caches) faster than DRAM: there it stays a flag.
-    if ceiling is not None and ceiling.suspect and result.mode == "cold" and result.device == "cuda":
-        pct = max(p for p in (ceiling.pct_bandwidth, ceiling.pct_flops) if p is not None)
-        return Status.SUSPECT, (f"{pct:.0f}% of the calibrated ceiling (above {SUSPECT_PCT:g}%): work skipped, done "
-                                "elsewhere, or a cost model that counts too much")
-    return None

@@ -16,9 +16,9 @@ import torch
 from kernelkit import backends, wire
 from kernelkit.errors import BackendUnavailable, CompileError, describe_exception
 from kernelkit.jobs import OnBuilt, caught_warnings, guards, unique
+from kernelkit.loading import load
 from kernelkit.results import Status
 from kernelkit.spec import Case, parse_dtype
-from kernelkit.target import load
 
 SEAL = guards.Seal.take()  # before any user code: kernelkit is imported before it loads a user's file
 UNGUARDED_BACKENDS = ("compile",)  # kernelkit's own baseline: torch.compile runs unguarded (dynamo and modes)

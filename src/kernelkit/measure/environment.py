@@ -10,12 +10,13 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from kernelkit.measure import samplers
+from kernelkit.measure import modes, samplers
+from kernelkit.measure.modes import Mode
 from kernelkit.measure.samplers import MeasureError
 
 if TYPE_CHECKING:
+    from kernelkit.measure.contender import Contender
     from kernelkit.measure.kernel_time import KernelTimer
-    from kernelkit.measure.timer import Contender
 
 
 @dataclass
@@ -23,7 +24,7 @@ class Environment:
     """One device and mode for one timing session; ``close()`` releases NVML."""
 
     device: str  # "cuda" or "cpu"
-    mode: str
+    mode: Mode
     device_name: str
     cache_bytes: int  # the GPU's L2, or the CPU's last-level cache
     clock: Any = None  # measure.clocks.ClockReader, when NVML is available
@@ -34,9 +35,10 @@ class Environment:
     _kernel_timer: KernelTimer | None = field(default=None, repr=False)
 
     @classmethod
-    def open(cls, device: str, mode: str, graph_warm: bool = False) -> Environment:
+    def open(cls, device: str, mode_name: str, graph_warm: bool = False) -> Environment:
         from kernelkit.measure import clocks, host
 
+        mode = modes.get(mode_name)
         if device == "cuda":
             if not torch.cuda.is_available():
                 raise MeasureError("device cuda asked for, but no GPU is visible; time on the CPU instead")
@@ -76,7 +78,7 @@ class Environment:
 
     def notes(self) -> list[str]:
         """Warnings every result of this session carries (a capped CPU eviction)."""
-        if self.mode == "cold" and self.device == "cpu":
+        if self.mode.evicts and self.device == "cpu":
             note = samplers.eviction_note(self.cache_bytes, self.device)
             return [note] if note else []
         return []
@@ -84,34 +86,14 @@ class Environment:
     # --- samplers --------------------------------------------------------------------------------------------
 
     def sampler(self, contender: Contender, estimate: float) -> Any:
-        """The sampler of this mode for ``contender``, sized from its warm-up ``estimate`` (seconds per call)."""
-        fn, evicted = contender.fn, samplers.eviction_bytes(self.cache_bytes, self.device) >> 20
-        if self.device == "cpu":
-            sampler = samplers.CpuSampler(fn, self.mode, self.flush if self.mode == "cold" else None, estimate)
-            sampler.method = (f"cold: one call per sample, timed with perf_counter_ns after reading {evicted} MiB"
-                              if self.mode == "cold" else _hot_method(sampler.calls_per_sample, "perf_counter_ns"))
-            return sampler
-        if self.mode == "graph":
-            from kernelkit.measure.graph import GraphSampler
-
-            return GraphSampler(fn, estimate, self.cache_bytes, args=contender.args, make_call=contender.make_call,
-                                per_call_bytes=contender.working_set, warm=self.graph_warm, clock=self.clock)
-        if self.mode == "kernel":
-            from kernelkit.measure.kernel_time import KernelSampler
-
-            return KernelSampler(fn, self.kernel_timer, self.flush, self.clock)
-        if self.mode == "hot":
-            sampler = samplers.HotSampler(fn, estimate, self.clock)
-            sampler.method = _hot_method(sampler.calls_per_sample, "one CUDA event pair")
-            return sampler
-        sampler = samplers.EventSampler(fn, self.flush, self.clock)
-        sampler.method = f"cold: a CUDA event pair around each call, after reading {evicted} MiB (2x the L2)"
-        return sampler
+        """The sampler of this session's mode for ``contender``, sized from its warm-up ``estimate`` (seconds per
+        call); see measure/modes.py."""
+        return self.mode.sampler(self, contender, estimate)
 
     def warmup_sampler(self, fn: Callable[[], Any]) -> Any:
         """Warm-up times single calls back to back in every mode; the estimate sizes batches and graph captures."""
         if self.device == "cpu":
-            return samplers.CpuSampler(fn, "cold", None)  # one call per sample, nothing evicted
+            return samplers.CpuSampler(fn, 1, None)  # one call per sample, nothing evicted
         return samplers.EventSampler(fn, None)
 
     # --- kernel time -----------------------------------------------------------------------------------------
@@ -132,7 +114,7 @@ class Environment:
 
         flat = [fn for fn, n in zip(fns, calls, strict=True) for _ in range(n)]
         try:
-            times = self.kernel_timer.times(flat, self.flush if self.mode == "cold" else None)
+            times = self.kernel_timer.times(flat, self.flush if self.mode.evicts else None)
         except MeasureError:
             return [None] * len(fns)
         out: list[float | None] = []
@@ -147,8 +129,3 @@ class Environment:
         if self.clock is not None:
             self.clock.close()
         self._flush = None
-
-
-def _hot_method(calls: int, clock: str) -> str:
-    return (f"hot: {calls} back-to-back calls per sample between {clock}; a sample is their mean "
-            "(spread figures describe means of that many calls)")

@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 
+from kernelkit import registry
 from kernelkit.measure.clocks import ClockReader
 
 GIT_TIMEOUT_S = 5.0
@@ -77,9 +78,7 @@ def fingerprint(user_file: str | None = None) -> dict[str, Any]:
 
 def backend_packages() -> dict[str, str]:
     """Fingerprint key -> distribution, for every package a backend runs on (triton, numba, cuda-core, ...)."""
-    from kernelkit import backends
-
-    return {key: dist for each in backends.every_backend() for key, dist in each.packages.items()}
+    return {key: dist for each in registry.every_backend() for key, dist in each.packages.items()}
 
 
 def _gpu_fingerprint() -> dict[str, Any]:

@@ -6,14 +6,17 @@ worker processes all pass them as plain dicts.
 
 from __future__ import annotations
 
+import json
+import math
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 from kernelkit import wire
 from kernelkit.measure.stats import Ratio, Stats, summarize
 from kernelkit.results import Status
 
-MODES = ("cold", "hot", "graph", "kernel")
 SUSPECT_PCT = 105.0  # above this % of a measured ceiling the kernel skipped work or the cost model is wrong
 
 
@@ -182,3 +185,32 @@ class BenchResult:
             warnings=list(data.get("warnings", [])),
             gpu=data.get("gpu"),
         )
+
+
+# ---- the bench document: `kernelkit bench --json`, the recovery file of a run the store could not keep --------
+
+SCHEMA = "kernelkit.bench/1"
+
+
+def bench_document(results: Sequence[BenchResult], *, env: dict[str, Any] | None = None, command: str = "") -> str:
+    """``{schema, command, env, results: [BenchResult.to_dict()]}`` as strict JSON text (non-finite floats, such as
+    the undefined standard error of 2 samples, as null), with a final newline."""
+    doc = {"schema": SCHEMA, "command": command, "env": env or {}, "results": [r.to_dict() for r in results]}
+    return json.dumps(_finite(doc), indent=1, allow_nan=False, default=str) + "\n"
+
+
+def read_bench_document(path: str | Path) -> tuple[list[BenchResult], dict[str, Any]]:
+    """The results of a bench document file, and the document itself (for its env and command)."""
+    doc = json.loads(Path(path).read_text())
+    return [BenchResult.from_dict(r) for r in doc.get("results", [])], doc
+
+
+def _finite(value: Any) -> Any:
+    """``value`` with every non-finite float replaced by None, recursively through dicts and lists."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value

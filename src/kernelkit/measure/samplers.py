@@ -106,17 +106,17 @@ def paused_gc() -> Iterator[None]:
 class CpuSampler:
     """Synchronous CPU work timed with perf_counter_ns: CPU timings, never GPU performance.
 
-    cold: one call per sample after reading ``flush``; hot: ``hot_calls(estimate)`` calls per sample.
+    ``calls_per_sample`` calls per sample (cold: 1; hot: ``hot_calls(estimate)``), each sample after reading
+    ``flush`` when one is given (cold); the mode decides both (measure/modes.py).
     """
 
     device = "cpu"
+    method = ""
 
-    def __init__(self, fn: Callable[[], Any], mode: str, flush: torch.Tensor | None, estimate: float = 0.0) -> None:
-        if mode not in ("cold", "hot"):
-            raise MeasureError(f"mode {mode!r} needs a CUDA GPU (none here); on the CPU use --mode cold or hot")
+    def __init__(self, fn: Callable[[], Any], calls_per_sample: int, flush: torch.Tensor | None) -> None:
         self.fn = fn
-        self.flush = flush if mode == "cold" else None
-        self.calls_per_sample = 1 if mode == "cold" else hot_calls(estimate)
+        self.flush = flush
+        self.calls_per_sample = max(1, int(calls_per_sample))
 
     def one(self) -> float:
         start = time.perf_counter_ns()

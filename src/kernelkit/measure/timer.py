@@ -31,8 +31,10 @@ from typing import Any
 
 import torch
 
+from kernelkit.measure import modes
+from kernelkit.measure.contender import Contender
 from kernelkit.measure.environment import Environment
-from kernelkit.measure.measurement import MODES, Measurement
+from kernelkit.measure.measurement import Measurement
 from kernelkit.measure.samplers import MeasureError
 from kernelkit.measure.stats import median_rse, quantile
 
@@ -52,30 +54,11 @@ LAUNCH_BOUND_GAP = 5e-6
 PROBE_BELOW = 10e-3  # cold and hot medians under this get a kernel-time probe (the launch-bound check)
 PROBE_CALLS = 20
 PROBE_SECONDS = 0.2  # fewer probe calls for slow calls: at least 3, about this long in all
-KERNEL_CALL_OVERHEAD = 5e-4  # kernel mode's first guess of a traced call's own cost (synchronize, records)
 
 
 def default_budget(device: str) -> float:
     """The budget when none is given: DEFAULT_BUDGET on a GPU, DEFAULT_CPU_BUDGET on the CPU."""
     return DEFAULT_BUDGET if device == "cuda" else DEFAULT_CPU_BUDGET
-
-
-@dataclass
-class Contender:
-    """One callable to time, with the cost model of one call.
-
-    ``args`` and ``make_call`` let graph mode rotate copies of the inputs (cold replays): ``make_call(copies)``
-    returns the same call on other arguments. Without them graph mode replays warm, and says so.
-    """
-
-    label: str
-    fn: Callable[[], Any]
-    bytes: int | None = None
-    flops: int | None = None
-    working_set: int | None = None  # bytes one call touches (inputs and outputs)
-    first_call: float | None = None  # seconds, when the caller already made (and timed) the first call
-    args: tuple[Any, ...] = ()
-    make_call: Callable[[tuple[Any, ...]], Callable[[], Any]] | None = None
 
 
 @dataclass(frozen=True)
@@ -116,8 +99,7 @@ class Settings:
     calibrate: bool = True  # % of the device's calibrated ceilings (False: --no-calibrate, no ceilings at all)
 
     def __post_init__(self) -> None:
-        if self.mode not in MODES:
-            raise MeasureError(f"unknown mode {self.mode!r}; use one of {', '.join(MODES)}")
+        modes.get(self.mode)  # MeasureError naming the modes for an unknown one
         if self.budget <= 0 or self.rse_target <= 0 or self.min_samples < 1:
             raise MeasureError("budget and rse target must be positive, min samples at least 1")
 
@@ -205,8 +187,9 @@ def _device_of(args: Sequence[Any]) -> str:
 
 def _start(contender: Contender, settings: Settings, env: Environment) -> _State:
     """First call timed alone, then warm-up; returns the contender's state ready for sampling."""
-    if env.device == "cpu" and settings.mode not in ("cold", "hot"):
-        raise MeasureError(f"mode {settings.mode!r} needs a CUDA GPU (none here); on the CPU use --mode cold or hot")
+    if env.device == "cpu" and env.mode.needs_gpu:
+        raise MeasureError(f"mode {settings.mode!r} needs a CUDA GPU (none here); on the CPU use --mode "
+                           f"{' or '.join(modes.names('cpu'))}")
     plain = env.warmup_sampler(contender.fn)
     first = contender.first_call if contender.first_call is not None else first_call(contender.fn, env.device)
     limit = min(WARMUP_MAX_SECONDS, settings.budget / 2)
@@ -223,18 +206,7 @@ def _start(contender: Contender, settings: Settings, env: Environment) -> _State
                 break
         estimate, calls = quantile(sorted(warm[-3:]), 0.5), len(warm)
     sampler = env.sampler(contender, estimate)
-    return _State(contender, sampler, first, calls, estimate, first_cost(sampler, estimate, env))
-
-
-def first_cost(sampler: Any, estimate: float, env: Any) -> float:
-    """What one sample should cost in wall clock before any is taken: its calls, plus the eviction in cold and
-    kernel mode, plus tracing in kernel mode. Later batches use the measured cost."""
-    cost = estimate * sampler.calls_per_sample
-    if env.mode in ("cold", "kernel"):
-        cost += env.eviction_seconds()
-    if env.mode == "kernel":
-        cost += KERNEL_CALL_OVERHEAD
-    return cost
+    return _State(contender, sampler, first, calls, estimate, env.mode.first_cost(env, sampler, estimate))
 
 
 def first_call(fn: Callable[[], Any], device: str) -> float:
@@ -322,25 +294,15 @@ def _finish(state: _State, settings: Settings, env: Environment) -> Measurement:
         warnings.append(f"{state.dropped} samples dropped: taken under 75% of the maximum SM clock")
     if m.stats.noisy:
         warnings.append(f"noisy: IQR is {m.stats.iqr_rel:.0%} of the median")
-    working = c.working_set if c.working_set is not None else _tensor_bytes(c.args)
-    if env.mode == "graph" and settings.graph_warm and 0 < working <= env.cache_bytes:
-        warnings.append(
-            f"graph mode (warm): the inputs ({working / 2**20:.1f} MiB) fit in L2 ({env.cache_bytes / 2**20:.0f} MiB),"
-            f" so the {m.calls_per_sample} unrolled calls read warm cache; drop --graph-warm for cold replays"
-        )
-    if env.mode == "kernel":
+    if env.mode.device_time:
         m.kernel_seconds = m.median
     return m
-
-
-def _tensor_bytes(args: Sequence[Any]) -> int:
-    return sum(a.numel() * a.element_size() for a in args if isinstance(a, torch.Tensor))
 
 
 def _launch_check(states: Sequence[_State | MeasureFailure], results: list[Any], settings: Settings,
                   env: Environment) -> None:
     """Event-timed results under PROBE_BELOW get their kernel time and, when far below, a launch-bound warning."""
-    if env.device != "cuda" or env.mode not in ("cold", "hot") or not settings.launch_check:
+    if env.device != "cuda" or not env.mode.probes_launches or not settings.launch_check:
         return
     picked = [i for i, m in enumerate(results) if isinstance(m, Measurement) and m.median < PROBE_BELOW]
     if not picked:

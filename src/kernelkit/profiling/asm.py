@@ -18,10 +18,10 @@ import torch
 
 from kernelkit import backends
 from kernelkit.backends.cuda import default_arch
+from kernelkit.backends.sass import KernelAsm
 from kernelkit.errors import SpecError
-from kernelkit.profiling.sass import KernelAsm
-from kernelkit.spec import Size, dtype_name
-from kernelkit.target import CaseSetup, open_target, pick
+from kernelkit.spec import CaseSetup, Size, dtype_name
+from kernelkit.target import open_target, pick
 
 IRS = ("ttir", "ttgir", "llir", "ptx", "sass")
 DEFAULT_OUT_DIR = Path("kernelkit-results/asm")

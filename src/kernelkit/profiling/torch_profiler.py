@@ -28,8 +28,8 @@ import torch
 
 from kernelkit.errors import SpecError
 from kernelkit.profiling import nvtx
-from kernelkit.spec import Size
-from kernelkit.target import CaseSetup, prepare_case
+from kernelkit.spec import CaseSetup, Size
+from kernelkit.target import prepare_case
 
 DEFAULT_OUT_DIR = Path("kernelkit-results") / "profile"
 WAIT_STEPS, WARMUP_STEPS, ROW_LIMIT = 1, 2, 15

@@ -20,36 +20,12 @@ from kernelkit.report.check_table import stacked_status_text, status_text, worke
 from kernelkit.report.roofline import binding
 from kernelkit.results import BASELINE_NAMES as BASELINES
 from kernelkit.results import Status
+from kernelkit.units import format_bytes, format_time, three_digits  # noqa: F401 - the report's names for them
 
 if TYPE_CHECKING:
     from kernelkit.measure.ceilings import Ceilings
 
 LOW_CLOCKS = 0.9  # median SM clock under this fraction of the maximum: the GPU was throttled or idling down
-_UNITS = (("ns", 1e9), ("µs", 1e6), ("ms", 1e3))
-
-
-def format_time(seconds: float | None) -> str:
-    """'850 ns', '12.3 µs', '1.23 ms', '4.56 s': three significant digits in the largest unit under 1000."""
-    if seconds is None or not math.isfinite(seconds):
-        return ""
-    for unit, scale in _UNITS:
-        if abs(seconds) * scale < 999.5:  # 999.7 us prints as 1.00 ms, not 1000 us
-            return f"{_three_digits(seconds * scale)} {unit}"
-    return f"{_three_digits(seconds)} s"
-
-
-def format_bytes(n: int | None) -> str:
-    """'512 B', '1.50 KiB', '256 MiB', '2.00 GiB': three significant digits in the largest binary unit under 1000."""
-    if n is None:
-        return ""
-    value = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if abs(value) < 999.5:
-            return f"{value:.0f} B" if unit == "B" else f"{_three_digits(value)} {unit}"
-        value /= 1024
-    return f"{_three_digits(value)} TiB"
-
-
 def bench_table(results: Sequence[BenchResult], *, title: str = "", show_ci: bool = False, wide: bool = True) -> Table:
     """The results as a table: impl, size, dtype, median, spread, n, rates, which ceiling binds and % of it, peak
     memory (where measured), speedups, status, notes.
@@ -160,7 +136,7 @@ def _short_speedup(ratio: Ratio | None) -> str:
     if ratio is None:
         return ""
     text, style = {"faster": ("↑", "green"), "slower": ("↓", "red")}.get(ratio.verdict, ("~", "dim"))
-    value = f"{ratio.value:.0f}" if ratio.value >= 100 else _three_digits(ratio.value)
+    value = f"{ratio.value:.0f}" if ratio.value >= 100 else three_digits(ratio.value)
     return f"[{style}]{value}x {text}[/]"
 
 
@@ -279,13 +255,7 @@ def ordered_results(results: Sequence[BenchResult], baselines: set[str]) -> list
 
 
 def rate_text(value: float | None) -> str:
-    return "" if value is None else _three_digits(value)
-
-
-def _three_digits(value: float) -> str:
-    if abs(value) >= 100:
-        return f"{value:.0f}"
-    return f"{value:.1f}" if abs(value) >= 10 else f"{value:.2f}"
+    return "" if value is None else three_digits(value)
 
 
 def _first_line(text: str) -> str:

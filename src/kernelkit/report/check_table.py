@@ -13,7 +13,7 @@ from rich.table import Table
 from kernelkit.results import CaseResult, Status
 
 if TYPE_CHECKING:
-    from kernelkit.runner import RunReport
+    from kernelkit.results import RunReport
 
 # The dtype names the tables that fit 120 columns show (`--dtypes` reads them too).
 SHORT_DTYPES = {"float64": "fp64", "float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}

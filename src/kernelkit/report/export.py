@@ -7,17 +7,13 @@ pandas: one row per result, failed and untimed ones included with their numbers 
 from __future__ import annotations
 
 import csv
-import json
-import math
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from kernelkit.measure.measurement import BenchResult
+from kernelkit.measure.measurement import BenchResult, bench_document, read_bench_document
 from kernelkit.report.roofline import binding
 from kernelkit.results import BASELINE_NAMES as BASELINES
-
-SCHEMA = "kernelkit.bench/1"
 
 # Each baseline (spec.BASELINES) has its own speedup columns; every speedup is in the JSON.
 CSV_COLUMNS = (
@@ -38,20 +34,8 @@ def write_json(results: Sequence[BenchResult], path: str | Path, *, env: dict[st
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json_text(results, env=env, command=command))
+    path.write_text(bench_document(results, env=env, command=command))
     return path
-
-
-def json_text(results: Sequence[BenchResult], *, env: dict[str, Any] | None = None, command: str = "") -> str:
-    """``write_json``'s document as text (strict JSON, a final newline)."""
-    doc = {"schema": SCHEMA, "command": command, "env": env or {}, "results": [r.to_dict() for r in results]}
-    return json.dumps(_finite(doc), indent=1, allow_nan=False, default=str) + "\n"
-
-
-def read_json(path: str | Path) -> tuple[list[BenchResult], dict[str, Any]]:
-    """The results of a ``write_json`` file, and the document itself (for its env and command)."""
-    doc = json.loads(Path(path).read_text())
-    return [BenchResult.from_dict(r) for r in doc.get("results", [])], doc
 
 
 def write_csv(results: Sequence[BenchResult], path: str | Path) -> Path:
@@ -103,12 +87,6 @@ def _cell(value: Any) -> Any:
     return value
 
 
-def _finite(value: Any) -> Any:
-    """``value`` with every non-finite float replaced by None, recursively through dicts and lists."""
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_finite(v) for v in value]
-    return value
+def read_json(path: str | Path) -> tuple[list[BenchResult], dict[str, Any]]:
+    """The results of a ``write_json`` file, and the document itself (for its env and command)."""
+    return read_bench_document(path)

@@ -10,7 +10,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from kernelkit.profiling.sass import SassMemory
+from kernelkit.backends.sass import SassMemory
 from kernelkit.profiling.torch_profiler import WAIT_STEPS, WARMUP_STEPS
 
 if TYPE_CHECKING:

@@ -8,11 +8,11 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from kernelkit.errors import SpecError
+from kernelkit.results import OnResult, RunReport
 from kernelkit.scale import shard
 from kernelkit.scale.slots import GpuSpec, Slot, fingerprints, gpu_slots
 
 if TYPE_CHECKING:
-    from kernelkit.runner import OnResult, RunReport
     from kernelkit.spec import Case
 
 
@@ -61,10 +61,8 @@ class Spread:
 
 def check_spread(cases: Sequence[Case], device: str, *, gpus: GpuSpec = None, ray: str | None = None,
                  timeout: float, on_result: OnResult | None = None) -> RunReport:
-    """runner.run_cases over several GPUs or a Ray cluster: cases of one (op, size, dtype) on one worker; the
+    """runs.check.run_cases over several GPUs or a Ray cluster: cases of one (op, size, dtype) on one worker; the
     report lists the results in the cases' order; Ctrl-C keeps what finished."""
-    from kernelkit.runner import RunReport
-
     if not timeout > 0:
         raise SpecError(f"--timeout must be a positive number of seconds, got {timeout}")
     spread = Spread.of(gpus, ray, device)

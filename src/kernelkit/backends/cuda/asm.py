@@ -15,12 +15,12 @@ from kernelkit.backends.cuda.build import line_directive, toolkit_include
 from kernelkit.backends.cuda.inline import InlineExtension
 from kernelkit.backends.cuda.inline_plan import CUDA_PRELUDE, find_nvcc, std_flags, torch_flags
 from kernelkit.backends.cuda.kernel import CudaKernel
+from kernelkit.backends.sass import KernelAsm, disassemble, kernel_asm, run_tool
 from kernelkit.cache import cache_dir
 from kernelkit.errors import CompileError, SpecError
-from kernelkit.profiling.sass import KernelAsm, disassemble, kernel_asm, run_tool
 
 if TYPE_CHECKING:
-    from kernelkit.target import CaseSetup
+    from kernelkit.spec import CaseSetup
 
 
 def cuda_kernels(setup: CaseSetup, arch: str) -> tuple[list[KernelAsm], list[str]]:

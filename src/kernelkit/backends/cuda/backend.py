@@ -11,8 +11,7 @@ from kernelkit.backends.base import AsmKernels, Backend
 from kernelkit.errors import BackendUnavailable, SpecError
 
 if TYPE_CHECKING:
-    from kernelkit.spec import Impl
-    from kernelkit.target import CaseSetup
+    from kernelkit.spec import CaseSetup, Impl
 
 TRITON_IRS = ("ttir", "ttgir", "llir")
 

@@ -101,8 +101,8 @@ def _child(spec: dict[str, Any], out: Path) -> dict[str, Any]:
     import torch
     import triton
 
+    from kernelkit.loading import load
     from kernelkit.spec import parse_dtype
-    from kernelkit.target import load
 
     if getattr(getattr(triton, "knobs", None), "runtime", None) is not None and triton.knobs.runtime.interpret:
         raise SpecError("the Triton interpreter is on in the compiling process; TRITON_INTERPRET must be 0 there")

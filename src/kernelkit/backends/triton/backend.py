@@ -13,8 +13,7 @@ from kernelkit.backends.triton.autotune import autotune_details, autotune_state
 from kernelkit.errors import BackendUnavailable
 
 if TYPE_CHECKING:
-    from kernelkit.spec import Impl, Op
-    from kernelkit.target import CaseSetup
+    from kernelkit.spec import CaseSetup, Impl, Op
 
 COMPILE_ERRORS = ("CompilationError", "CompileTimeAssertionFailure")  # triton.compiler.errors, by class name
 
@@ -53,8 +52,8 @@ class TritonBackend(Backend):
     def asm(self, case: CaseSetup, arch: str, ir: str, config: int | None) -> AsmKernels:
         """Compile the kernels one call of the impl launches for ``arch`` (in a child process with the
         interpreter off), then disassemble each."""
+        from kernelkit.backends.sass import disassemble, kernel_asm
         from kernelkit.backends.triton.asm import compile_triton
-        from kernelkit.profiling.sass import disassemble, kernel_asm
         from kernelkit.spec import dtype_name
 
         builds = compile_triton(case.source, case.impl.name, op_name=case.op.name, size=case.size,

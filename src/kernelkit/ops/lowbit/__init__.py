@@ -28,6 +28,7 @@ values). ``LowBitLinear`` (module.py) is the drop-in nn.Module.
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
 from typing import Any
 
@@ -168,4 +169,10 @@ for _bits, _op in OPS.items():
         _name, _runner, _doc = TORCH_IMPLS[_bits]
         _register(_op, _bits, _name, _runner, [], _doc)
 
-from kernelkit.ops.lowbit.module import LowBitLinear  # noqa: E402 - the module's operators are made from OPS
+
+def __getattr__(name: str) -> Any:
+    """``LowBitLinear`` (module.py), imported on first use: the nn.Module's operators are made from OPS, so it
+    imports this package."""
+    if name == "LowBitLinear":
+        return importlib.import_module("kernelkit.ops.lowbit.module").LowBitLinear
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -34,6 +34,9 @@ nn.Linear drop-in, for inference (pruned once) and training (pruned every step).
 
 from __future__ import annotations
 
+import importlib
+from typing import Any
+
 import torch
 import torch.nn.functional as F
 
@@ -248,7 +251,14 @@ def linear24_cutlass(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     return F.linear(x, cusparselt.semi_structured(w, cutlass=True))
 
 
-from kernelkit.ops.sparse24.module import SparseLinear  # noqa: E402 - the nn.Module built on the ops above
 
 __all__ = ["SparseLinear", "linear24", "prune_rowwise", "prune_transposable", "sparsify24",
            "sparsify24_transposable"]
+
+
+def __getattr__(name: str) -> Any:
+    """``SparseLinear`` (module.py), imported on first use: the nn.Module is built on the ops above, so it imports
+    this package."""
+    if name == "SparseLinear":
+        return importlib.import_module("kernelkit.ops.sparse24.module").SparseLinear
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

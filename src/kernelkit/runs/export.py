@@ -21,6 +21,7 @@ from typing import Any, Literal
 
 import torch
 
+from kernelkit import formats as formats_package
 from kernelkit import verify
 from kernelkit.errors import LoadError, SpecError
 from kernelkit.ops import BUILTIN_OPS
@@ -29,7 +30,7 @@ from kernelkit.target import open_target
 
 ExportFormat = Literal["gpumode", "kernelbench"]
 FORMATS = ("gpumode", "kernelbench")
-_FORMATS_DIR = Path(__file__).resolve().parent
+_FORMATS_DIR = Path(formats_package.__file__).resolve().parent  # ops a format generates: no file of the user's
 
 
 def exported_op(target: str, op_name: str) -> Op:
@@ -95,7 +96,7 @@ Needs kernelkit importable where it runs.
 
 import torch.nn as nn
 
-from kernelkit.formats.export import exported_impl
+from kernelkit.runs.export import exported_impl
 
 _IMPL = exported_impl({where!r}, {op.name!r}, {impl!r})
 
@@ -113,7 +114,7 @@ class ModelNew(nn.Module):
 data is the op's inputs in order. Needs kernelkit importable where it runs.
 """
 
-from kernelkit.formats.export import exported_impl
+from kernelkit.runs.export import exported_impl
 
 _IMPL = exported_impl({where!r}, {op.name!r}, {impl!r})
 
@@ -158,7 +159,7 @@ Model.forward is the op's reference; get_inputs() makes the op's inputs at size 
 import torch
 import torch.nn as nn
 
-from kernelkit.formats.export import exported_op
+from kernelkit.runs.export import exported_op
 
 _OP = exported_op({where!r}, {op.name!r})
 SIZE = {size!r}
@@ -204,7 +205,7 @@ def _gpumode_reference(op: Op, where: str, kind: str) -> str:
 
 import torch
 
-from kernelkit.formats.export import check_outputs, exported_op
+from kernelkit.runs.export import check_outputs, exported_op
 
 _OP = exported_op({where!r}, {op.name!r})
 DTYPE = {kind}

@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from kernelkit import ops as ops_package
 from kernelkit.cache import cache_dir, content_key, write_atomic
 from kernelkit.ops import BUILTIN_OPS
 
@@ -32,7 +33,7 @@ def catalog() -> list[dict[str, Any]]:
 
 def _cache_path() -> Path | None:
     """Where the catalog of these sources is cached; None when there is no usable cache directory."""
-    here = Path(__file__).resolve().parent
+    here = Path(ops_package.__file__).resolve().parent
     stamps = [f"{p.relative_to(here)}:{p.stat().st_size}:{p.stat().st_mtime_ns}" for p in sorted(here.rglob("*.py"))]
     versions = [_version(name) for name in ("kernelkit", "torch", "triton", "numba-cuda")]
     key = content_key(CATALOG_VERSION, *versions, *stamps)

@@ -7,7 +7,7 @@ The worker's own build of the same kernel waits on the build lock and then loads
 reports the error as the case's COMPILE_ERROR. The process is stopped when the run ends: a build lands atomically,
 so a stopped one leaves nothing behind.
 
-    python -m kernelkit.backends.early DEVICE '[["source", "op", "impl"], ...]'
+    python -m kernelkit.runs.early DEVICE '[["source", "op", "impl"], ...]'
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 
 def pending(cases: Sequence[Case], device: str) -> list[tuple[str, str, str]]:
     """(source, op, impl) of each planned impl with an early build; the ops must be loaded in this process."""
-    from kernelkit.target import load
+    from kernelkit.loading import load
 
     found: dict[tuple[str, str, str], None] = {}
     for case in cases:
@@ -51,7 +51,7 @@ def started(cases: Sequence[Case], device: str) -> Iterator[list[tuple[str, str,
     if not todo:
         yield []
         return
-    process = subprocess.Popen([sys.executable, "-m", "kernelkit.backends.early", device, json.dumps(todo)],
+    process = subprocess.Popen([sys.executable, "-m", "kernelkit.runs.early", device, json.dumps(todo)],
                                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                start_new_session=True)
     try:
@@ -65,7 +65,7 @@ def started(cases: Sequence[Case], device: str) -> Iterator[list[tuple[str, str,
 
 
 def _build(device: str, todo: Sequence[Sequence[str]]) -> None:
-    from kernelkit.target import load
+    from kernelkit.loading import load
 
     backends.prepare_process(device)
     for source, op_name, impl_name in todo:

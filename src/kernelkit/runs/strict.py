@@ -33,9 +33,9 @@ from kernelkit.errors import describe_exception
 from kernelkit.jobs import check as _check_module
 from kernelkit.jobs import guards
 from kernelkit.jobs.strict_worker import SEAL, CallRecord, StrictCallJob, StrictReply, pack, unpack
+from kernelkit.loading import load
 from kernelkit.results import CaseResult, Status
 from kernelkit.spec import Case, Op, parse_dtype
-from kernelkit.target import load
 
 __all__ = ["SEAL", "StrictChecker", "pack", "seal_builtin_ops", "strict_case", "unpack"]
 

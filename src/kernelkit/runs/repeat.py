@@ -14,8 +14,8 @@ from collections.abc import Callable
 from typing import Any
 
 from kernelkit.errors import SpecError
-from kernelkit.jobs.bench import SweepReport, bench_op
 from kernelkit.measure.measurement import BenchResult
+from kernelkit.runs.bench import SweepReport, bench_op
 from kernelkit.store.compare import SPREAD_KEY
 
 MEDIANS_KEY = "run_medians"

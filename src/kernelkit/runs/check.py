@@ -1,0 +1,144 @@
+"""``kernelkit check`` (``kk.check``, ``kk.run_cases``): plan a target's cases, run each as a CheckJob in a worker,
+spread them over GPUs or a Ray cluster when asked, and return a RunReport in plan order.
+
+1. ``plan``: open the target once (target.open_target) and list its cases;
+2. slow first builds (a load_inline extension) start at once in a process of their own (runs/early.py), and
+   the cases that need them run last;
+3. each case runs in the worker (runner.Worker: a crash or hang ends that case only), or in strict mode its
+   reference is judged here and the impl watched there (runs/strict.py);
+4. every result goes to ``on_result`` as it comes; Ctrl-C stops cleanly with what finished.
+"""
+
+from __future__ import annotations
+
+import math
+import tempfile
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import torch
+
+from kernelkit.errors import SpecError
+from kernelkit.jobs.check import CheckJob
+from kernelkit.results import OnResult, RunReport
+from kernelkit.runner import DEFAULT_TIMEOUT, OnPhase, Worker
+from kernelkit.runs import early
+from kernelkit.spec import Case, Size
+from kernelkit.target import open_target
+
+if TYPE_CHECKING:
+    from kernelkit.runs.strict import StrictChecker
+    from kernelkit.scale.slots import GpuSpec
+
+
+def plan(target: str, *, impls: Sequence[str] = (), device: str | None = None, sizes: Sequence[Size] = (),
+         dtypes: Sequence[torch.dtype] = (), seeds: int = 1, solution: str | None = None) -> tuple[str, list[Case]]:
+    """The device and the cases of ``target`` (see target.open_target; ``solution`` too), without running them."""
+    opened = open_target(target, device, solution)
+    return opened.device, opened.cases(impls, sizes, dtypes, seeds)
+
+
+def check(
+    target: str,
+    *,
+    impls: Sequence[str] = (),
+    device: str | None = None,
+    sizes: Sequence[Size] = (),
+    dtypes: Sequence[torch.dtype] = (),
+    seeds: int = 1,
+    timeout: float = DEFAULT_TIMEOUT,
+    isolate: bool = True,
+    on_result: OnResult | None = None,
+    gpus: GpuSpec = None,
+    ray: str | None = None,
+    solution: str | None = None,
+    strict: bool = False,
+    on_phase: OnPhase | None = None,
+    on_plan: Callable[[int], None] | None = None,
+) -> RunReport:
+    """Check every case of ``target`` (a built-in op name, a .py file, a KernelBench problem or level folder, a
+    GPU MODE task folder; ``solution``: see target.open_target) against its reference.
+
+    Each case runs in a worker process with a per-case ``timeout`` in seconds; see README for the tolerance rule.
+    gpus ('all', 2, '0,1'): the cases spread over one worker per GPU; ray ('auto', 'local', an address): over a
+    Ray cluster's GPUs (see kernelkit.scale). Each result then records the GPU that ran it.
+    strict: strict mode (README "Strict mode"; jobs/strict.py): references judged here, the impl watched there.
+    on_phase: told what the worker does now ("square: cuda_vec4: building its kernels"), for progress; on_plan:
+    told once, before anything runs, how many cases there are.
+    """
+    if strict:
+        from kernelkit.runs.strict import seal_builtin_ops
+
+        seal_builtin_ops()  # before the target's file is imported: it may change a built-in op
+    if strict and (gpus is not None or ray is not None):
+        raise SpecError("strict mode judges on one worker: drop gpus=/ray= (--gpus/--ray), or leave strict off")
+    dev, cases = plan(target, impls=impls, device=device, sizes=sizes, dtypes=dtypes, seeds=seeds, solution=solution)
+    if on_plan is not None:
+        on_plan(len(cases))
+    if gpus is not None or ray is not None:
+        from kernelkit.scale import check_spread
+
+        return check_spread(cases, dev, gpus=gpus, ray=ray, timeout=timeout, on_result=on_result)
+    return run_cases(cases, dev, timeout=timeout, isolate=isolate, on_result=on_result, strict=strict,
+                     on_phase=on_phase)
+
+
+def run_cases(
+    cases: Sequence[Case],
+    device: str,
+    *,
+    timeout: float = DEFAULT_TIMEOUT,
+    isolate: bool = True,
+    on_result: OnResult | None = None,
+    strict: bool = False,
+    on_phase: OnPhase | None = None,
+) -> RunReport:
+    """Run ``cases`` one after another; Ctrl-C stops cleanly and returns what finished. ``strict``: each case
+    in strict mode (jobs/strict.py), its reference computed and judged in this process.
+
+    Kernels that are slow to build the first time (runs/early.py) are built in a separate process meanwhile,
+    and the cases that need them run last, so the build overlaps the others; results come back in plan order."""
+    check_timeout(timeout)
+    report = RunReport(device=device, planned=len(cases))
+    with tempfile.TemporaryDirectory(prefix="kernelkit-") as tmp, early.started(cases if isolate else (), device) as \
+            building:
+        worker = Worker(device, Path(tmp) / "worker.log") if isolate else None
+        strict_checker = _strict_checker(device, worker, timeout) if strict else None
+        waiting = set(building)
+        order = sorted(range(len(cases)), key=lambda n: (cases[n].source, cases[n].op, cases[n].impl) in waiting)
+        try:
+            for n in order:
+                case = cases[n]
+                if worker is not None and on_phase is not None:
+                    worker.on_phase = lambda text, case=case: on_phase(f"{case.op}: {text}")
+                job = CheckJob(case)
+                if strict_checker is not None:
+                    result = strict_checker.check(case)
+                else:
+                    result = worker.run(job, timeout) if worker else job.execute(device)
+                report.results.append(result)
+                if on_result is not None:
+                    on_result(result)
+        except KeyboardInterrupt:
+            report.interrupted = True
+        finally:
+            if worker:
+                worker.stop()
+    ran = [order[k] for k in range(len(report.results))]
+    report.results = [r for _, r in sorted(zip(ran, report.results, strict=True), key=lambda pair: pair[0])]
+    return report
+
+
+def _strict_checker(device: str, worker: Worker | None, timeout: float) -> StrictChecker:
+    from kernelkit.runs.strict import StrictChecker
+
+    return StrictChecker(device, worker, timeout)
+
+
+def check_timeout(timeout: float, flag: str = "--timeout") -> None:
+    """SpecError unless ``timeout`` is a positive, finite number of seconds."""
+    if not (isinstance(timeout, (int, float)) and math.isfinite(timeout) and timeout > 0):
+        raise SpecError(f"{flag} must be positive and finite (seconds), got {timeout}")
+
+
