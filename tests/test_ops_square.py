@@ -15,7 +15,7 @@ import torch
 import kernelkit as kk
 from kernelkit.ops import square as square_module
 from kernelkit.results import Status
-from kernelkit.runner import plan
+from kernelkit.runs.check import plan
 from kernelkit.spec import dtype_name
 from opkit import (
     FP,
