@@ -66,7 +66,9 @@ def test_do_bench_in_the_interpreter_times_a_wall_clock_loop(interpreter: None) 
 
     median, low, high = triton_backend.do_bench(two_ms, warmup=10, rep=20, quantiles=(0.5, 0.2, 0.8))
     assert 2.0 <= low <= median <= high < 50  # ms, as Triton reports
-    assert 5 <= len(calls) <= 20  # a first call, an estimate, ~10 ms of warm-up, ~20 ms of timed calls
+    # A first call, an estimate, ~10 ms of warm-up, ~20 ms of timed calls: ~5-20 calls of 2 ms; on a busy machine a
+    # sleep of 2 ms can take 20, and the loop sizes itself from that, down to one timed call.
+    assert 3 <= len(calls) <= 20
     assert isinstance(triton_backend.do_bench(two_ms, warmup=1, rep=4), float)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
@@ -71,7 +72,8 @@ def _strict_in_a_fresh_process(path: Path) -> list[tuple[str, str, str]]:
             print(r.impl, r.status.value, r.message.replace(chr(10), " "), sep="\\t")
     """)
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600,
-                          env={"PYTHONPATH": str(SRC), "PATH": "/usr/bin:/bin", "HOME": str(Path.home())})
+                          env={"PYTHONPATH": str(SRC), "PATH": "/usr/bin:/bin", "HOME": str(Path.home()),
+                               "KERNELKIT_CACHE_DIR": os.environ["KERNELKIT_CACHE_DIR"]})  # the test's own cache
     assert done.returncode == 0, done.stderr[-2000:]
     return [tuple(line.split("\t", 2)) for line in done.stdout.splitlines() if line.count("\t") == 2]
 
