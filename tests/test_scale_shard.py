@@ -156,6 +156,7 @@ def test_the_costliest_group_starts_first():
 
 def test_merged_results_equal_one_slot_s_and_groups_stay_on_one_slot(in_process):
     one, _ = _spread(in_process, [Slot(0)])
+    InProcessWorker.wait_for = 1  # slot 0 waits for slot 1's first job: both take work, however threads are scheduled
     two, failures = _spread(in_process, TWO)
     assert not failures and _cases(two) == _cases(one)
     assert all(r.status is Status.PASSED for r in two)
