@@ -27,3 +27,13 @@ def test_ci_runs_the_readme_first_command_after_the_tests_and_describes_the_mach
     tests = ci.index(setup_commands()[1])
     assert any(line.startswith(demo) for line in ci[tests + 1:])
     assert any("/proc/cpuinfo" in line for line in ci[:tests]) and any("cache" in line for line in ci[:tests])
+
+
+def test_every_kernelkit_environment_variable_the_code_reads_is_in_the_readme():
+    import re
+
+    names = set()
+    for path in (ROOT / "src" / "kernelkit").rglob("*.py"):
+        names |= set(re.findall(r'"(KERNELKIT_[A-Z_]+)"', path.read_text()))
+    readme = (ROOT / "README.md").read_text()
+    assert names and not [n for n in sorted(names) if f"`{n}`" not in readme]

@@ -29,7 +29,7 @@ def test_the_walkthrough_shows_two_files_its_commands_and_python():
     assert kinds[0] == ("cuda", "// rmsnorm.cu: one thread block per row; each thread sums the squares of a strided "
                                 "slice, then a shared reduction.")
     assert kinds[1] == ("python", "# rmsnorm_ops.py")
-    assert [lang for lang, _ in kinds[2:]] == ["bash", "python"]
+    assert [lang for lang, _ in kinds[2:]] == ["bash", "python", "bash"]
 
 
 def test_the_walkthrough_runs_as_written(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cpu_process):
@@ -43,7 +43,7 @@ def test_the_walkthrough_runs_as_written(tmp_path: Path, monkeypatch: pytest.Mon
         else:
             runnable.append((lang, code))
 
-    (_, commands), (_, python) = runnable
+    (_, commands), (_, python), (_, loop) = runnable
     check, bench = [shlex.split(line)[1:] for line in commands.strip().splitlines()]
     checked = CliRunner().invoke(app, [*check, "--json"])
     assert checked.exit_code == 0, checked.output
@@ -65,6 +65,17 @@ def test_the_walkthrough_runs_as_written(tmp_path: Path, monkeypatch: pytest.Mon
     assert timed["cuda_rows"]["status"] == "SKIPPED"
 
     exec(compile(python, "README walkthrough", "exec"), {})  # its own asserts: every case PASSED or SKIPPED
+
+    # The store -> compare -> report loop: two stored runs, listed, compared case by case, one page of both.
+    for line in loop.strip().splitlines():
+        done = CliRunner().invoke(app, shlex.split(line)[1:])
+        assert done.exit_code == 0, (line, done.output)
+    listed = CliRunner().invoke(app, ["runs", "--store", "runs.sqlite", "--json"])
+    assert [r["status"] for r in json.loads(listed.stdout)["runs"]] == ["finished", "finished"]
+    compared = json.loads(CliRunner().invoke(app, ["compare", "latest-1", "latest", "--store", "runs.sqlite",
+                                                   "--json"]).stdout)
+    assert {c["impl"] for c in compared["changes"] if c["verdict"]} >= {"eager_rsqrt", "triton_rows"}
+    assert (tmp_path / "report.html").stat().st_size > 10_000
 
 
 def test_without_shapes_the_walkthrough_op_gets_a_message_pointing_at_shapes(tmp_path, monkeypatch, cpu_process):
