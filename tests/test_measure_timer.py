@@ -268,3 +268,20 @@ def test_a_closure_without_tensor_arguments_is_timed_where_the_gpu_is(monkeypatc
     assert timer._device_of((3, "x")) == "cuda"
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     assert timer._device_of(()) == "cpu"
+
+
+def test_a_timing_mode_is_one_mode_and_one_registration(monkeypatch):
+    # A planted mode: the median of three back-to-back calls per sample. Registered, it is timed by the same engine,
+    # listed where the command line lists modes, and its flags (not its name) decide what the timer does.
+    from kernelkit.measure import samplers
+
+    def triple(env, contender, estimate):
+        sampler = samplers.CpuSampler(contender.fn, 3, None)
+        sampler.method = "triple: three back-to-back calls per sample"
+        return sampler
+
+    monkeypatch.setattr(modes, "_MODES", dict(modes._MODES))  # the registry as it was, after the test
+    modes.register(modes.Mode("triple", "three calls per sample", triple))
+    assert "triple" in modes.names("cpu")
+    m = timer.bench(torch.square, torch.ones(64), mode="triple", budget=0.05, device="cpu")
+    assert m.mode == "triple" and m.calls_per_sample == 3 and m.method.startswith("triple:") and m.stats.n >= 1
