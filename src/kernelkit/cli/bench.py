@@ -269,7 +269,7 @@ def compare_command(
     store: StoreOpt = None,
     min_effect: Annotated[str | None, typer.Option(
         "--min-effect", help="Noise floor: smaller changes are 'same', e.g. 3%; default: the spread measured by "
-                             "`bench --repeat`, else 2% on a GPU, 25% on the CPU, or twice the wider run's IQR "
+                             "`bench --repeat`, else 2% on a GPU, 25% on the CPU, or 3x the wider run's IQR "
                              "when that is more.")] = None,
     fail_if_slower: Annotated[str | None, typer.Option(
         "--fail-if-slower", help="Regression gate: exit 1 when an impl's case is slower by more than this (e.g. "
