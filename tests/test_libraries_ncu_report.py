@@ -234,6 +234,19 @@ def test_run_ncu_reads_with_ncu_report_where_it_can_else_the_csv_pages(
     assert report.kernels[0].summary()["duration_ns"] == pytest.approx(1_512_352.0)
 
 
+
+def test_an_ncu_report_that_crashes_takes_only_its_reader_down(tmp_path: Path, profiled_here: None):
+    """NVIDIA's native module loaded beside torch's libraries can segfault: it runs in a child interpreter, the
+    profile falls back to the CSV pages and says why."""
+    install = _install(tmp_path / "nsight-compute" / "2025.3.1")
+    module = install.parent / "extras" / "python" / "ncu_report.py"
+    module.write_text("import os, signal\nos.kill(os.getpid(), signal.SIGSEGV)\n")
+    with pytest.raises(ncu_rep.ReportReadError, match=r"ncu_report failed \(signal 11\)"):
+        ncu_rep.read_isolated(install, tmp_path / "case.ncu-rep")
+    report = ncu.run_ncu("square", "triton_flat", size="64x64", dtype="float32", ncu=install)
+    assert report.reader.startswith("csv (ncu_report failed (signal 11)")
+    assert [k.name for k in report.kernels] == ["square_flat_kernel", TORCH_KERNEL]
+
 # On the GPU machine -------------------------------------------------------------------------------------------
 
 def _ncu_report_missing() -> str:
@@ -253,9 +266,7 @@ def test_on_a_gpu_ncu_report_and_the_csv_pages_agree_on_duration_and_dram_bytes(
                          export=tmp_path / "square")
     assert report.reader == ncu.READER_NCU_REPORT, report.reader
     kept = Path(report.report_path or "")
-    module, why_not = ncu_rep.load_module(Path(report.ncu))
-    assert module is not None, why_not
-    from_module, from_csv = ncu_rep.read_report(module, kept), ncu.read_csv_pages(report.ncu, kept)
+    from_module, from_csv = ncu_rep.read_isolated(report.ncu, kept), ncu.read_csv_pages(report.ncu, kept)
     (kernel,) = from_module
     (same,) = from_csv
     assert (kernel.name, kernel.grid_size, kernel.block_size) == (same.name, same.grid_size, same.block_size)

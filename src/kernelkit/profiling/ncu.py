@@ -237,13 +237,11 @@ def run_ncu(target: str, impl: str, *, op_name: str | None = None, size: Size | 
 def read_report(ncu: str | Path, report: str | Path, timeout: float = 600.0,
                 output: str = "") -> tuple[list[NcuKernel], str]:
     """The kernels of ``report`` and the reader that read them: NVIDIA's ncu_report from the install of ``ncu``
-    where it imports and reads the report ('ncu_report'), else ncu's CSV pages ('csv (why not ncu_report)')."""
-    module, why_not = ncu_rep.load_module(Path(ncu))
-    if module is not None:
-        try:
-            return ncu_rep.read_report(module, report), READER_NCU_REPORT
-        except ncu_rep.ReportReadError as exc:
-            why_not = str(exc)
+    where it imports and reads the report, in a child interpreter ('ncu_report'), else ncu's CSV pages ('csv (why not ncu_report)')."""
+    try:
+        return ncu_rep.read_isolated(ncu, report, min(timeout, 120.0)), READER_NCU_REPORT
+    except ncu_rep.ReportReadError as exc:
+        why_not = str(exc)
     return read_csv_pages(ncu, report, timeout, output), f"{READER_CSV} ({why_not})"
 
 

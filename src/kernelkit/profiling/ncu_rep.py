@@ -10,12 +10,20 @@ the project's GPU machine: a 2.7 KB script, and ncu_report under /opt/nvidia/nsi
 install it names. It reads the report itself: each metric's value as a number with its unit, and the rule results,
 where the CSV pages need two ``ncu --import`` runs and carry locale-formatted text (``"1,512,352"``).
 profiling/ncu.py reads the CSV pages where this module is missing or fails (ncu_csv.py).
+
+``read_isolated`` imports and runs ncu_report in a child interpreter (``python -m kernelkit.profiling.ncu_rep NCU
+REPORT`` prints the kernels as JSON): its native library loaded beside torch's can take the whole process down
+(a segfault on CUDA 13's Nsight Compute 2025.3.1 with torch 2.11), so the process that profiles never loads it.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
+import json
+import os
 import re
+import subprocess
 import sys
 from collections.abc import Iterable
 from pathlib import Path
@@ -176,3 +184,51 @@ def _short_type(value: Any, lower: bool = False) -> str:
 
 def _number(value: Any) -> float | None:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def read_isolated(ncu: str | Path, report: str | Path, timeout: float = 120.0) -> list[NcuKernel]:
+    """The kernels of ``report`` read by ncu_report in a child interpreter that imports nothing else (no torch).
+    Raises ReportReadError where the module is missing, fails, crashes or times out, with the reason."""
+    package_root = str(Path(__file__).resolve().parents[2])  # the folder that holds kernelkit/
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (package_root, os.environ.get("PYTHONPATH")) if p)}
+    command = [sys.executable, "-m", __name__, str(ncu), str(report)]
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, errors="replace", timeout=timeout, env=env)
+    except subprocess.TimeoutExpired:
+        raise ReportReadError(f"{MODULE} did not read {report} within {timeout:g} s") from None
+    if done.returncode == 3:  # _main's own refusal: the reason is its stderr
+        raise ReportReadError(done.stderr.strip() or f"{MODULE} could not read {report}")
+    if done.returncode != 0:
+        how = f"signal {-done.returncode}" if done.returncode < 0 else f"exit {done.returncode}"
+        last = (done.stderr.strip().splitlines() or [""])[-1]
+        raise ReportReadError(f"{MODULE} failed ({how}){': ' + last if last else ''}")
+    try:
+        return [_from_json(k) for k in json.loads(done.stdout)]
+    except (ValueError, KeyError, TypeError) as exc:
+        raise ReportReadError(f"{MODULE}'s reader printed no kernel list: {exc}") from exc
+
+
+def _from_json(data: dict[str, Any]) -> NcuKernel:
+    metrics = {name: Metric(**m) for name, m in data["metrics"].items()}
+    return NcuKernel(data["id"], data["name"], data["grid_size"], data["block_size"], metrics,
+                     [NcuRule(**r) for r in data["rules"]])
+
+
+def _main(argv: list[str]) -> int:
+    """``python -m kernelkit.profiling.ncu_rep NCU REPORT``: the report's kernels as JSON on stdout; exit 3 and the
+    reason on stderr where ncu_report does not import or read it."""
+    module, why_not = load_module(Path(argv[0]))
+    if module is None:
+        print(why_not, file=sys.stderr)
+        return 3
+    try:
+        kernels = read_report(module, argv[1])
+    except ReportReadError as exc:
+        print(exc, file=sys.stderr)
+        return 3
+    json.dump([dataclasses.asdict(k) for k in kernels], sys.stdout)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(_main(sys.argv[1:]))
