@@ -85,7 +85,8 @@ def timing_step(ctx: DemoContext) -> Outcome:
         start = time.perf_counter()
         reference(*inputs)
         table.add_row("wall clock, one call", _time(time.perf_counter() - start), "one sample: no spread, no warm-up")
-    m = bench(reference, *inputs, mode="cold", bytes=nbytes, budget=TIMING_BUDGET[ctx.device], label="square")
+    budget = TIMING_BUDGET[ctx.device] / (2 if ctx.quick else 1)
+    m = bench(reference, *inputs, mode="cold", bytes=nbytes, budget=budget, label="square")
     s = m.stats
     table.add_row(
         "kk.bench, cold mode", _time(s.median),
@@ -209,7 +210,9 @@ def _sweep_title(sweep: Sweep) -> str:
 # passes; the baselines come with every sweep. The demo teaches the method; `kernelkit bench OP` times every impl.
 GPU_BENCH_IMPLS = {"square": ("triton_rowwise", "triton_flat", "cuda_vec4", "numba_flat"),
                    "softmax": ("eager_fivepass", "triton_rowwise", "triton_online", "cuda_warp")}
-QUICK_GPU_BENCH_IMPLS = {"square": ("triton_flat", "cuda_vec4"), "softmax": ("triton_rowwise", "cuda_warp")}
+# --quick: two contenders and eager, named (so torch.compile, ~8 s of compiling on a first run, is left out).
+QUICK_GPU_BENCH_IMPLS = {"square": ("triton_flat", "cuda_vec4", "eager"),
+                         "softmax": ("triton_rowwise", "cuda_warp", "eager")}
 
 
 def bench_sweeps(device: str, quick: bool) -> list[Sweep]:
@@ -249,6 +252,9 @@ def bench_step(ctx: DemoContext) -> Outcome:
         f"Cold mode (cache flushed before each sample), at most {budget:g} s of sampling per impl and case, each "
         "(size, dtype) in a worker process. The first torch.compile of a shape takes seconds to tens of seconds. "
         "Not stored: the demo leaves your results store alone (`kernelkit bench` records its runs).", highlight=False)
+    if ctx.gpu and ctx.quick:
+        ctx.console.print("--quick: eager is the only baseline; torch.compile (seconds of compiling per shape on a "
+                          "first run) comes with `kernelkit demo` and `kernelkit bench`.", highlight=False)
     if not ctx.gpu:
         ctx.console.print("CPU: fp32 at a tiny size, the impls that run here (no CUDA C++); the Triton interpreter "
                           "and the Numba simulator are slow by design, so these rows teach the method, not speed.",
