@@ -130,7 +130,7 @@ def test_compare_in_chunks_gives_what_one_pass_gives(monkeypatch: pytest.MonkeyP
     out[3, 8] = float("nan")
     out[4, 0] -= 2.0
     whole = verify.compare(out, ref, 1e-5, 1e-5)
-    monkeypatch.setattr(verify, "CHUNK_ELEMENTS", 7)
+    monkeypatch.setattr(verify, "CPU_CHUNK_ELEMENTS", 7)  # chunks 0-6 and 28-34 all finite: the fast path
     chunked = verify.compare(out, ref, 1e-5, 1e-5)
     assert (chunked.n_mismatched, chunked.max_abs_err, chunked.max_rel_err, chunked.n_total) == (
         whole.n_mismatched, whole.max_abs_err, whole.max_rel_err, whole.n_total)
@@ -138,5 +138,31 @@ def test_compare_in_chunks_gives_what_one_pass_gives(monkeypatch: pytest.MonkeyP
     assert chunked.n_mismatched == 3 and chunked.max_abs_err == float("inf")
     assert [m.index for m in chunked.mismatches] == [(0, 2), (3, 8), (4, 0)]
     small = verify.reference_error(out, ref)
-    monkeypatch.setattr(verify, "CHUNK_ELEMENTS", 1 << 24)
+    monkeypatch.setattr(verify, "CPU_CHUNK_ELEMENTS", 1 << 24)
     assert small == verify.reference_error(out, ref) == pytest.approx(2.0 / (1 + abs(float(ref[4, 0]))))
+
+
+@pytest.mark.parametrize("chunk", [1, 4, 1 << 18])
+def test_passes_agrees_with_compare_and_a_number_stands_for_a_filled_output(
+        monkeypatch: pytest.MonkeyPatch, chunk: int) -> None:
+    # passes() stops at the first failing chunk and compare() takes a fast path on all-finite chunks: both must
+    # give the verdict the careful rule gives, with NaN meeting NaN and an inf meeting the same inf.
+    monkeypatch.setattr(verify, "CPU_CHUNK_ELEMENTS", chunk)
+    ref = torch.tensor([0.0, 1.0, -2.0, float("nan"), float("inf"), 3.0], dtype=torch.float64)
+    cases = {
+        "equal": ref.float(),
+        "nan where nan, inf where inf": ref.float(),
+        "off by one": ref.float() + torch.tensor([0, 0, 0, 0, 0, 1.0]),
+        "nan where a number": torch.tensor([float("nan"), 1, -2, float("nan"), float("inf"), 3]),
+        "-inf for inf": torch.tensor([0, 1, -2, float("nan"), float("-inf"), 3]),
+        "a number for nan": torch.tensor([0, 1, -2, 5, float("inf"), 3]),
+    }
+    for name, out in cases.items():
+        full = verify.compare(out, ref, 1e-5, 1e-5)
+        assert verify.passes(out, ref, 1e-5, 1e-5) is full.ok, name
+    finite = torch.full((9,), 0.25, dtype=torch.float64)
+    assert verify.passes(0.25, finite, 0.0, 0.0) and not verify.passes(0.0, finite, 1e-3, 1e-3)
+    as_number = verify.compare(0.0, finite, 1e-3, 1e-3)
+    as_tensor = verify.compare(torch.zeros(9), finite, 1e-3, 1e-3)
+    assert (as_number.n_mismatched, as_number.max_abs_err, [m.got for m in as_number.mismatches]) == (
+        as_tensor.n_mismatched, as_tensor.max_abs_err, [m.got for m in as_tensor.mismatches])

@@ -67,48 +67,73 @@ def _same_layout_copy(x: torch.Tensor) -> torch.Tensor:
 # Elements compared at a time: the float64 temporaries of one chunk are a few hundred MiB, whatever the output's
 # size, so checking a 6 GiB output does not take several times its size again (a KernelBench level-1 problem's
 # 1.6 G-element output went out of memory on an 80 GiB GPU when compared whole).
+# On the CPU a chunk stays small enough for the allocator to reuse its memory: fresh pages for every 128 MiB
+# temporary cost more than the arithmetic on them.
 CHUNK_ELEMENTS = 1 << 24
+CPU_CHUNK_ELEMENTS = 1 << 18
 
 
-def _chunks(*tensors: torch.Tensor) -> Iterator[tuple[int, tuple[torch.Tensor, ...]]]:
-    """(offset, flat float64 slices) of same-shaped tensors, CHUNK_ELEMENTS at a time (the first on its device)."""
-    flats = [t.detach().reshape(-1) for t in tensors]
-    device = flats[-1].device
-    for start in range(0, flats[0].numel(), CHUNK_ELEMENTS):
-        yield start, tuple(f[start:start + CHUNK_ELEMENTS].to(device=device, dtype=torch.float64) for f in flats)
+Probe = torch.Tensor | float  # an output, or a constant standing for an output of the reference's shape
+
+
+def _chunks(*tensors: Probe) -> Iterator[tuple[int, tuple[torch.Tensor, ...]]]:
+    """(offset, flat float64 slices) of same-shaped tensors, CHUNK_ELEMENTS at a time (the last one's device); a
+    float stands for a tensor full of it and takes no memory beyond one chunk."""
+    real = [t for t in tensors if isinstance(t, torch.Tensor)]
+    device, numel = real[-1].device, real[-1].numel()
+    flats = [t.detach().reshape(-1) if isinstance(t, torch.Tensor) else t for t in tensors]
+    step = CHUNK_ELEMENTS if device.type == "cuda" else CPU_CHUNK_ELEMENTS
+    for start in range(0, numel, step):
+        n = min(step, numel - start)
+        yield start, tuple(f[start:start + n].to(device=device, dtype=torch.float64) if isinstance(f, torch.Tensor)
+                           else torch.full((n,), f, dtype=torch.float64, device=device) for f in flats)
 
 
 def reference_error(lo: torch.Tensor, ref: torch.Tensor) -> float:
     """eps_lo: the low-precision reference's own error, max |lo - ref| / (1 + |ref|) over finite elements."""
     worst = 0.0
     for _, (lo64, ref64) in _chunks(lo, ref):
-        finite = torch.isfinite(lo64) & torch.isfinite(ref64)
-        if bool(finite.any()):
-            err = (lo64[finite] - ref64[finite]).abs() / (1 + ref64[finite].abs())
+        err = (lo64 - ref64).abs_().div_(ref64.abs().add_(1))
+        finite = torch.isfinite(err)  # NaN or inf on either side, or both
+        if bool(finite.all()):
             worst = max(worst, float(err.max()))
+        elif bool(finite.any()):
+            worst = max(worst, float(err[finite].max()))
     return worst
 
 
-def compare(out: torch.Tensor, ref: torch.Tensor, atol: float, rtol: float, ref_err: float = 0.0) -> Comparison:
-    """Compare ``out`` with the high-precision ``ref`` element by element, NaN- and inf-aware (in chunks)."""
+def _allowed(exp: torch.Tensor, atol: float, rtol: float, ref_err: float) -> torch.Tensor:
+    """atol + rtol |ref| + 2 eps_lo (1 + |ref|), in one pass over |ref|."""
+    return exp.abs().mul_(rtol + 2 * ref_err).add_(atol + 2 * ref_err)
+
+
+def compare(out: Probe, ref: torch.Tensor, atol: float, rtol: float, ref_err: float = 0.0) -> Comparison:
+    """Compare ``out`` with the high-precision ``ref`` element by element, NaN- and inf-aware (in chunks). Where a
+    chunk is all finite (the usual case) it takes four passes over it; NaN and inf take the careful path."""
     max_abs = max_rel = 0.0
     n_bad = 0
     nonfinite_bad = False
     first_bad: list[int] = []
     for start, (got, exp) in _chunks(out, ref):
-        diff = (got - exp).abs()
-        allowed = atol + rtol * exp.abs() + 2 * ref_err * (1 + exp.abs())
-        both_nan = torch.isnan(got) & torch.isnan(exp)
-        same_inf = torch.isinf(exp) & (got == exp)
-        finite_ok = torch.isfinite(exp) & torch.isfinite(got) & (diff <= allowed)
-        bad = ~(both_nan | same_inf | finite_ok)
-        finite = torch.isfinite(got) & torch.isfinite(exp)
-        if bool(finite.any()):
-            max_abs = max(max_abs, float(diff[finite].max()))
-        nonzero = finite & (exp != 0)  # a relative error is undefined where the reference is 0
-        if bool(nonzero.any()):
-            max_rel = max(max_rel, float((diff[nonzero] / exp[nonzero].abs()).max()))
-        nonfinite_bad = nonfinite_bad or bool((~finite & bad).any())
+        diff = (got - exp).abs_()
+        allowed = _allowed(exp, atol, rtol, ref_err)
+        finite = torch.isfinite(diff)  # both finite (a float64 difference of finite values does not overflow)
+        if bool(finite.all()):
+            bad = diff > allowed
+            max_abs = max(max_abs, float(diff.max()))
+            rel = diff.div_(exp.abs()).nan_to_num_(nan=0.0, posinf=0.0)  # undefined where the reference is 0
+            max_rel = max(max_rel, float(rel.max()))
+        else:
+            both_nan = torch.isnan(got) & torch.isnan(exp)
+            same_inf = torch.isinf(exp) & (got == exp)
+            finite = torch.isfinite(exp) & torch.isfinite(got)
+            bad = ~(both_nan | same_inf | (finite & (diff <= allowed)))
+            if bool(finite.any()):
+                max_abs = max(max_abs, float(diff[finite].max()))
+            nonzero = finite & (exp != 0)
+            if bool(nonzero.any()):
+                max_rel = max(max_rel, float((diff[nonzero] / exp[nonzero].abs()).max()))
+            nonfinite_bad = nonfinite_bad or bool((~finite & bad).any())
         count = int(bad.sum())
         n_bad += count
         if count and len(first_bad) < MAX_MISMATCHES_SHOWN:
@@ -118,14 +143,32 @@ def compare(out: torch.Tensor, ref: torch.Tensor, atol: float, rtol: float, ref_
         max_abs = max_rel = float("inf")  # a NaN or inf where none belongs
 
     shown: list[Mismatch] = []
-    got_flat, exp_flat = out.detach().reshape(-1), ref.detach().reshape(-1)
+    exp_flat = ref.detach().reshape(-1)
+    got_flat = out.detach().reshape(-1) if isinstance(out, torch.Tensor) else None
     for flat in first_bad:
         index = tuple(int(i) for i in torch.unravel_index(torch.tensor(flat), ref.shape)) if ref.dim() else ()
-        shown.append(Mismatch(index, float(got_flat[flat].double()), float(exp_flat[flat].double())))
+        got_value = float(got_flat[flat].double()) if got_flat is not None else float(out)
+        shown.append(Mismatch(index, got_value, float(exp_flat[flat].double())))
     return Comparison(
         ok=n_bad == 0, max_abs_err=max_abs, max_rel_err=max_rel, n_mismatched=n_bad, n_total=ref.numel(),
         mismatches=tuple(shown), atol=atol, rtol=rtol, ref_err=ref_err,
     )
+
+
+def passes(out: Probe, ref: torch.Tensor, atol: float, rtol: float, ref_err: float = 0.0) -> bool:
+    """Whether ``out`` would pass ``compare``: stops at the first chunk with an element that fails (a probe that
+    fails, as most do, costs one chunk)."""
+    for _, (got, exp) in _chunks(out, ref):
+        diff = (got - exp).abs_()
+        allowed = _allowed(exp, atol, rtol, ref_err)
+        ok = torch.isfinite(diff) & (diff <= allowed)  # a finite difference: both sides finite
+        if not bool(ok.all()):
+            both_nan = torch.isnan(got) & torch.isnan(exp)
+            same_inf = torch.isinf(exp) & (got == exp)
+            finite_ok = torch.isfinite(got) & torch.isfinite(exp) & (diff <= allowed)
+            if not bool((finite_ok | both_nan | same_inf).all()):
+                return False
+    return True
 
 
 def check_structure(outs: Sequence[Any], expected: Sequence[Any]) -> Verdict | None:
@@ -159,25 +202,35 @@ def mutated_inputs(inputs: Sequence[Any], snapshot: Sequence[Any]) -> list[int]:
 
 
 def compare_outputs(
-    outs: Sequence[torch.Tensor], refs: Sequence[torch.Tensor], los: Sequence[torch.Tensor], atol: float, rtol: float
+    outs: Sequence[torch.Tensor], refs: Sequence[torch.Tensor], los: Sequence[torch.Tensor], atol: float, rtol: float,
+    errors: Sequence[float] | None = None,
 ) -> list[Comparison]:
-    return [compare(o, r, atol, rtol, reference_error(lo, r)) for o, r, lo in zip(outs, refs, los, strict=True)]
+    """Each output against its reference; ``errors``: each output's eps_lo, where the caller has it already."""
+    errs = errors if errors is not None else reference_errors(refs, los)
+    return [compare(o, r, atol, rtol, e) for o, r, e in zip(outs, refs, errs, strict=True)]
+
+
+def reference_errors(refs: Sequence[torch.Tensor], los: Sequence[torch.Tensor]) -> list[float]:
+    return [reference_error(lo, r) for r, lo in zip(refs, los, strict=True)]
 
 
 def weak_probes(
     inputs: Sequence[Any], refs: Sequence[torch.Tensor], los: Sequence[torch.Tensor], atol: float, rtol: float,
-    other: Sequence[torch.Tensor] | None = None,
+    other: Sequence[torch.Tensor] | None = None, errors: Sequence[float] | None = None,
 ) -> list[str]:
     """Trivial outputs that would also pass: all zeros, an input echoed back, a constant. Empty means none.
 
     The constant is the mean of the answer, which for a one-element output is the answer itself: there the
     probe is the answer to ``other`` inputs (the reference's output on a second input set) instead, the constant
-    an impl that ignored its input would return; without ``other`` one-element outputs skip the probe.
+    an impl that ignored its input would return; without ``other`` one-element outputs skip the probe. Zeros and
+    constants are compared as numbers (no output-sized tensor is made), and each probe stops at its first failing
+    chunk.
     """
     passing = []
+    errs = errors if errors is not None else reference_errors(refs, los)
     others = list(other) if other is not None else [None] * len(los)
-    probes: dict[str, Callable[[torch.Tensor, torch.Tensor | None], torch.Tensor | None]] = {
-        "all zeros": lambda lo, _: torch.zeros_like(lo),
+    probes: dict[str, Callable[[torch.Tensor, torch.Tensor | None], Probe | None]] = {
+        "all zeros": lambda lo, _: 0.0,
         "the input echoed": lambda lo, _: _echo(inputs, lo),
         "a constant": _constant,
     }
@@ -185,19 +238,20 @@ def weak_probes(
         fakes = [make(lo, o) for lo, o in zip(los, others, strict=True)]
         if any(f is None for f in fakes):
             continue
-        if all(c.ok for c in compare_outputs(fakes, refs, los, atol, rtol)):
+        if all(passes(f, r, atol, rtol, e) for f, r, e in zip(fakes, refs, errs, strict=True)):
             passing.append(name)
     return passing
 
 
-def _constant(lo: torch.Tensor, other: torch.Tensor | None) -> torch.Tensor | None:
+def _constant(lo: torch.Tensor, other: torch.Tensor | None) -> Probe | None:
     if lo.numel() == 0:
-        return torch.zeros_like(lo)
+        return 0.0
     if lo.numel() == 1:
         if other is None or other.shape != lo.shape:
             return None
         return other.to(lo.dtype).clone()
-    return torch.full_like(lo, float(lo.float().mean()))
+    mean = float(lo.sum(dtype=torch.float64)) / lo.numel()  # accumulated in float64, no float64 copy of the output
+    return float(torch.tensor(mean, dtype=lo.dtype)) if lo.is_floating_point() else mean  # as the dtype holds it
 
 
 # The tolerance rule's (1 + |ref|) term assumes outputs of order one: far above it, eps_lo is a large absolute
