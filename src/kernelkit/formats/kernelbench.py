@@ -8,10 +8,11 @@ a solution file defines ``ModelNew`` with the same constructor and forward signa
   each of ``Model(*init)`` and ``ModelNew(*init)`` (on the CPU, then moved to the device and cast to the
   precision). The weights are shared only through that seed: no state_dict is copied, so a ModelNew that creates
   its parameters in another order or another way gets other weights, as it would in KernelBench.
-- Inputs: ``torch.manual_seed(s)``, then ``get_inputs()`` (drawn on the CPU), then moved to the device. Here ``s``
-  is the case's seed (verdicts.kernelbench_verdict uses KernelBench's own trial seeds), only floating tensors take
-  the case's dtype (KernelBench casts integer ones too, which breaks class targets), and ``inputs_on="device"``
-  draws on the case's device instead.
+- Inputs: ``torch.manual_seed(s)``, then ``get_inputs()``, drawn on the case's device (KernelBench draws on the
+  CPU and moves them: a level-1 problem's 6 GiB input takes 6 s to draw there, milliseconds on a GPU; other
+  numbers, as seeded). Here ``s`` is the case's seed; only floating tensors take the case's dtype (KernelBench casts
+  integer ones too, which breaks class targets); ``inputs_on="cpu"`` draws them as KernelBench does. Its own
+  verdict (verdicts.kernelbench_verdict) always draws as KernelBench does: on the CPU, with its trial seeds.
 - Models run under ``torch.no_grad()``, in training mode (KernelBench never calls ``eval()``).
 
 The op: reference = ``Model(*init)`` called on the inputs (a float64 copy of the model when kernelkit asks for
@@ -221,14 +222,14 @@ def problem_op(
     *,
     precision: torch.dtype = torch.float32,
     tolerance: float | None = None,
-    inputs_on: InputsOn = "cpu",
+    inputs_on: InputsOn = "device",
 ) -> Op:
     """The op of a loaded problem, with impls ``reference`` and (given a solution file) ``solution``.
 
-    tolerance: atol = rtol for every dtype (default KernelBench's per-precision table). inputs_on: "cpu" draws
-    get_inputs() on the CPU and moves the tensors (KernelBench's way: a seed gives the same data on every device);
-    "device" draws them on the case's device (other numbers, as seeded; a problem with 8 GiB of inputs takes
-    ~30 s to draw on a CPU and milliseconds on a GPU). A solution that fails to import becomes an impl that
+    tolerance: atol = rtol for every dtype (default KernelBench's per-precision table). inputs_on: "device" (the
+    default) draws get_inputs() on the case's device (a problem with 8 GiB of inputs takes ~30 s to draw on a CPU
+    and milliseconds on a GPU); "cpu" draws them on the CPU and moves them (KernelBench's way: a seed gives the same
+    data on every device). A solution that fails to import becomes an impl that
     raises CompileError (KernelBench's "compiled: false"), not a failed load.
     """
     if inputs_on not in ("cpu", "device"):
@@ -306,7 +307,7 @@ def level_ops(
     *,
     precision: torch.dtype = torch.float32,
     tolerance: float | None = None,
-    inputs_on: InputsOn = "cpu",
+    inputs_on: InputsOn = "device",
 ) -> list[Op]:
     """One op per problem file of ``directory``; solutions matched in the folder ``solutions`` (see find_solution).
 

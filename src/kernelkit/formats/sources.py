@@ -41,7 +41,7 @@ def load_ops(
     *,
     precision: torch.dtype | str = torch.float32,
     tolerance: float | None = None,
-    inputs_on: kernelbench.InputsOn = "cpu",
+    inputs_on: kernelbench.InputsOn = "device",
 ) -> list[Op]:
     """The ops of a KernelBench problem file (``solution``: its ModelNew file), a KernelBench level folder
     (``solution``: a folder of solutions, matched as kernelbench.find_solution says) or a GPU MODE task folder
@@ -68,7 +68,7 @@ def load_ops(
 
 def ops_by_name(
     target: str, solution: str | None = None, precision: str = "float32", tolerance: float | None = None,
-    inputs_on: kernelbench.InputsOn = "cpu",
+    inputs_on: kernelbench.InputsOn = "device",
 ) -> dict[str, Op]:
     """load_ops as {name: op}: what a generated source file puts in its module."""
     ops = load_ops(target, solution, precision=precision, tolerance=tolerance, inputs_on=inputs_on)
@@ -81,7 +81,7 @@ def source_file(
     *,
     precision: torch.dtype | str = torch.float32,
     tolerance: float | None = None,
-    inputs_on: kernelbench.InputsOn = "cpu",
+    inputs_on: kernelbench.InputsOn = "device",
 ) -> str:
     """The path of a generated .py file defining the ops of ``target`` (see load_ops), for kernelkit's loader.
 
