@@ -1,38 +1,100 @@
-"""A format's own verdicts (KernelBench's, GPU MODE's) on a target's problems, reached in one worker process and
-put beside kernelkit's results for the same impl; ``kernelkit check`` prints them under its table."""
+"""A format's own verdicts (KernelBench's, GPU MODE's) on a target's problems, reached in worker processes and
+put beside kernelkit's results for the same impl; ``kernelkit check`` prints them under its table.
+
+A level's verdicts run on a few workers at once: KernelBench draws each trial's inputs on the CPU with one thread
+(a level-1 problem's 6 GiB input takes ~6 s per trial), so the problems' draws overlap on the machine's other
+cores. A verdict that runs out of GPU memory beside the others is reached again alone at the end.
+"""
 
 from __future__ import annotations
 
+import os
+import queue
 import tempfile
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 
-from kernelkit.formats.jobs import PlannedVerdict, VerdictRow
+from kernelkit import hygiene
+from kernelkit.formats.jobs import PlannedVerdict, VerdictOutcome, VerdictRow
 from kernelkit.formats.verdicts import Judged, side_by_side
 from kernelkit.results import Status
 from kernelkit.runner import Worker
 
+MAX_PARALLEL = 4  # workers at once on one device: each holds a problem's inputs and two models
+MIN_PER_WORKER = 3  # verdicts per worker before another is worth its start-up (importing torch, starting CUDA)
+
+
+def parallel_workers(planned: int, device: str) -> int:
+    """How many workers reach ``planned`` verdicts: one per MIN_PER_WORKER, at most MAX_PARALLEL and half the
+    cores (the draws themselves use one core each)."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(1, min(MAX_PARALLEL, cores // 2, planned // MIN_PER_WORKER))
+
 
 def run_verdicts(
     planned: Sequence[PlannedVerdict], results: Sequence[Judged], device: str, *, timeout: float = 300.0,
-    isolate: bool = True,
+    isolate: bool = True, workers: int | None = None,
 ) -> list[VerdictRow]:
-    """Each planned verdict, reached in one worker process (in this one with ``isolate=False``), beside kernelkit's
-    result for the same op and impl (``results``: CaseResults or BenchResults; the first of them that did not
-    pass stands for the impl, else its first)."""
+    """Each planned verdict, reached in worker processes (``workers`` of them; default parallel_workers; in this
+    process with ``isolate=False``), beside kernelkit's result for the same op and impl (``results``: CaseResults
+    or BenchResults; the first of them that did not pass stands for the impl, else its first). Rows in plan
+    order."""
+    outcomes: list[VerdictOutcome | None] = [None] * len(planned)
+    if not isolate:
+        for i, plan in enumerate(planned):
+            outcomes[i] = plan.job.execute(device)
+    else:
+        count = workers if workers is not None else parallel_workers(len(planned), device)
+        _reach(planned, list(range(len(planned))), outcomes, device, timeout, count)
+        again = [i for i, o in enumerate(outcomes) if o is not None and _out_of_memory(o) and count > 1]
+        _reach(planned, again, outcomes, device, timeout, 1)  # alone: the memory the others held is free
     rows = []
-    with tempfile.TemporaryDirectory(prefix="kernelkit-verdicts-") as tmp:
-        worker = Worker(device, Path(tmp) / "worker.log") if isolate else None
-        try:
-            for plan in planned:
-                outcome = worker.run(plan.job, timeout) if worker else plan.job.execute(device)
-                mine = [r for r in results if (getattr(r, "op", ""), getattr(r, "impl", "")) == (plan.op, plan.impl)]
-                standing = next((r for r in mine if r.status is not Status.PASSED), mine[0] if mine else None)
-                side = None
-                if outcome.verdict is not None and standing is not None:
-                    side = side_by_side(outcome.verdict, standing)
-                rows.append(VerdictRow(plan.op, plan.impl, outcome, side))
-        finally:
-            if worker is not None:
-                worker.stop()
+    for plan, outcome in zip(planned, outcomes, strict=True):
+        assert outcome is not None
+        mine = [r for r in results if (getattr(r, "op", ""), getattr(r, "impl", "")) == (plan.op, plan.impl)]
+        standing = next((r for r in mine if r.status is not Status.PASSED), mine[0] if mine else None)
+        side = side_by_side(outcome.verdict, standing) if outcome.verdict is not None and standing else None
+        rows.append(VerdictRow(plan.op, plan.impl, outcome, side))
     return rows
+
+
+def _reach(planned: Sequence[PlannedVerdict], which: list[int], outcomes: list[VerdictOutcome | None], device: str,
+           timeout: float, count: int) -> None:
+    """Verdicts ``which`` of ``planned`` into ``outcomes``, on ``count`` workers taking the next one as they free."""
+    if not which:
+        return
+    todo: queue.Queue[int] = queue.Queue()
+    for i in which:
+        todo.put(i)
+    with tempfile.TemporaryDirectory(prefix="kernelkit-verdicts-") as tmp:
+        workers = [Worker(device, Path(tmp) / f"worker{slot}.log") for slot in range(min(count, len(which)))]
+
+        def serve(worker: Worker) -> None:
+            try:
+                while True:
+                    try:
+                        i = todo.get_nowait()
+                    except queue.Empty:
+                        return
+                    outcomes[i] = worker.run(planned[i].job, timeout)
+            finally:
+                worker.stop()
+
+        threads = [threading.Thread(target=serve, args=(w,), name=f"kernelkit-verdicts-{n}", daemon=True)
+                   for n, w in enumerate(workers)]
+        for thread in threads:
+            thread.start()
+        try:
+            for thread in threads:
+                thread.join()
+        except KeyboardInterrupt:
+            for worker in workers:  # Ctrl-C: no verdict goes on running behind the caller's back
+                if worker.process is not None and worker.process.pid is not None:
+                    hygiene.kill_group(worker.process.pid)
+            raise
+
+
+def _out_of_memory(outcome: VerdictOutcome) -> bool:
+    text = f"{outcome.message} {getattr(outcome.verdict, 'message', '')}".lower()
+    return "out of memory" in text
