@@ -65,6 +65,21 @@ RayOpt = Annotated[str | None, typer.Option(
                   "this host joined), local (start one here) or an address. Needs the ray extra.")]
 
 
+def with_solution(target: str, solution: str | None) -> str:
+    """The target that profile, ncu and asm open: with a ``solution``, the op file kernelkit generates for the
+    problem and its solution (impl ``solution``), else ``target`` itself. Exits 2 naming what is wrong."""
+    if solution is None:
+        return target
+    from kernelkit.errors import KernelkitError
+    from kernelkit.target import resolve_problem
+
+    try:
+        source, _ = resolve_problem(target, solution)
+    except KernelkitError as exc:
+        raise fail(exc, EXIT_USAGE) from None
+    return source
+
+
 def fail(exc: BaseException, code: int) -> typer.Exit:
     """Print ``exc`` as an error line (no traceback) and return the Exit to raise with ``code``."""
     err.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False)

@@ -19,10 +19,12 @@ from kernelkit.cli.common import (
     DtypeOpt,
     OpOpt,
     SizeOpt,
+    SolutionOpt,
     TargetArg,
     err,
     fail,
     out,
+    with_solution,
 )
 from kernelkit.errors import BackendUnavailable, CompileError, KernelkitError, describe_exception
 from kernelkit.results import BASELINE_NAMES as BASELINES
@@ -52,6 +54,7 @@ def profile_command(
         Path | None, typer.Option("--out", help="Folder for the traces; default: ./kernelkit-results/profile.")
     ] = None,
     tensorboard: Annotated[bool, typer.Option(help="Also write a TensorBoard trace to OUT/tensorboard.")] = False,
+    solution: SolutionOpt = None,
 ) -> None:
     """Profile one case under torch.profiler: op table, Chrome/Perfetto trace, and a launch diagnosis.
 
@@ -62,6 +65,8 @@ def profile_command(
     """
     from kernelkit.profiling.torch_profiler import profile
     from kernelkit.report.profile_table import print_profile
+
+    target = with_solution(target, solution)
 
     def one(name: str) -> None:
         print_profile(out, profile(target, name, size=size, dtype=dtype, device=device, steps=steps, out_dir=out_dir,
@@ -138,6 +143,7 @@ def ncu_command(
     export: Annotated[Path | None, typer.Option("--export", help="Also keep ncu's report (.ncu-rep) here.")] = None,
     timeout: Annotated[float, typer.Option(help="Seconds before ncu is stopped.")] = 600.0,
     as_json: Annotated[bool, typer.Option("--json", help="Print machine-readable results to stdout.")] = False,
+    solution: SolutionOpt = None,
 ) -> None:
     """Profile one case with Nsight Compute: the impl's kernels, their throughput, occupancy and ncu's findings.
 
@@ -148,6 +154,7 @@ def ncu_command(
     from kernelkit.profiling.ncu import NcuError, ncu_messages, run_ncu
     from kernelkit.report.profile_table import print_kernels
 
+    target = with_solution(target, solution)
     impls = _impls(target, op_name, None)
     if impl is None:
         impl = first_optimized(impls)
@@ -185,6 +192,7 @@ def asm_command(
     out_dir: Annotated[Path | None, typer.Option("--out", help="Folder for the listings and cubins; default: "
                                                                "./kernelkit-results/asm.")] = None,
     op_name: OpOpt = None,
+    solution: SolutionOpt = None,
 ) -> None:
     """Show what an impl's kernels compile to: registers, spills, memory, load/store widths; then PTX or SASS.
 
@@ -194,6 +202,8 @@ def asm_command(
     """
     from kernelkit.profiling.asm import DEFAULT_OUT_DIR, report_for
     from kernelkit.report.profile_table import print_asm_summary
+
+    target = with_solution(target, solution)
 
     def one(name: str) -> None:
         report = report_for(target, name, ir=ir or "sass", arch=arch, size=size, dtype=dtype, config=config,

@@ -1,0 +1,33 @@
+"""profile, ncu and asm take a problem and its --solution as check and bench do: the op file kernelkit generates
+for them, impl `solution`; a bad solution is named, exit 2."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from kernelkit.cli import app
+
+KB = Path(__file__).parent / "fixtures" / "formats" / "kernelbench"
+
+
+def invoke(*args: str):
+    return CliRunner().invoke(app, list(args))
+
+
+def test_profile_takes_a_problem_and_its_solution(tmp_path: Path, cpu_process: None):
+    done = invoke("profile", str(KB / "relu.py"), "--solution", str(KB / "relu_solution.py"), "--impl", "solution",
+                  "--device", "cpu", "--steps", "2", "--out", str(tmp_path))
+    assert done.exit_code == 0, done.output
+    assert "aten::where" in done.output  # the solution's own torch.where, not the reference's relu
+    assert [p.name for p in tmp_path.glob("*.trace.json")] == ["relu_solution_16x300_float32_cpu.trace.json"]
+
+
+def test_a_solution_the_tools_cannot_use_is_named(tmp_path: Path, cpu_process: None):
+    missing = invoke("asm", str(KB / "relu.py"), "--solution", str(tmp_path / "nope.py"))
+    assert missing.exit_code == 2 and "no such solution" in missing.output
+    not_a_problem = invoke("ncu", "square", "--solution", str(KB / "relu_solution.py"))
+    assert not_a_problem.exit_code == 2 and "--solution is for a KernelBench problem" in not_a_problem.output
+    eager = invoke("asm", str(KB / "relu.py"), "--solution", str(KB / "relu_solution.py"), "--impl", "solution")
+    assert eager.exit_code == 2 and "solution" in eager.output, eager.output
