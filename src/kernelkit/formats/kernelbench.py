@@ -142,7 +142,8 @@ class Models:
         key = (role, str(device), dtype)
         if key not in self._made:
             init = [move(x, device, dtype) for x in self.init_inputs()]
-            with torch.no_grad(), seeded(KERNELBENCH_SEED):
+            # On the meta device (FLOPs counted from shapes, measure.count) the model is built there: no weights
+            with torch.no_grad(), seeded(KERNELBENCH_SEED), _building_on(device):
                 model = cls(*init)
             self._made[key] = model.to(device=device, dtype=dtype) if isinstance(model, torch.nn.Module) else model
         return self._made[key]
@@ -190,6 +191,16 @@ def draws_in_forward(cls: type) -> bool:
         return False
     code = "\n".join(line.split("#", 1)[0] for line in source.splitlines())
     return bool(_RANDOM_CALL.search(code))
+
+
+@contextmanager
+def _building_on(device: torch.device) -> Iterator[None]:
+    """Modules built on the meta device when ``device`` is meta; where KernelBench builds them (the CPU) else."""
+    if device.type != "meta":
+        yield
+        return
+    with torch.device("meta"):
+        yield
 
 
 def _placement(inputs: Sequence[Any], default: torch.dtype) -> tuple[torch.device, torch.dtype]:
