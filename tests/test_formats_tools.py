@@ -31,3 +31,17 @@ def test_a_solution_the_tools_cannot_use_is_named(tmp_path: Path, cpu_process: N
     assert not_a_problem.exit_code == 2 and "--solution is for a KernelBench problem" in not_a_problem.output
     eager = invoke("asm", str(KB / "relu.py"), "--solution", str(KB / "relu_solution.py"), "--impl", "solution")
     assert eager.exit_code == 2 and "solution" in eager.output, eager.output
+
+
+def test_a_bad_size_or_dtype_is_named_once_before_anything_runs(cpu_process: None):
+    for command in ("profile", "asm", "ncu"):
+        done = invoke(command, "square", "--size", "10x")
+        assert done.exit_code == 2 and done.output.count("bad size '10x'") == 1, (command, done.output)
+    done = invoke("asm", "square", "--dtype", "f33")
+    assert done.exit_code == 2 and done.output.count("unknown dtype 'f33'") == 1
+
+
+def test_a_memory_limit_past_any_machine_is_an_argument_error(cpu_process: None):
+    done = invoke("check", "square", "--device", "cpu", "--max-memory", "99999999999T")
+    assert done.exit_code == 2 and "more than any machine has" in done.output
+    assert "Traceback" not in done.output and "OverflowError" not in done.output

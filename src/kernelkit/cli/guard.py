@@ -116,6 +116,8 @@ def parse_bytes(text: str | None, flag: str = "--max-memory") -> int | None:
         raise KernelkitError(f"{flag} {text!r}: give a size such as 8G, 512M or a number of bytes") from None
     if not math.isfinite(value) or value < 2**20:
         raise KernelkitError(f"{flag} {text!r}: give at least 1M")
+    if value >= 2**62:  # setrlimit takes a C long; no machine has 4 EiB
+        raise KernelkitError(f"{flag} {text!r}: more than any machine has; give a size such as 64G (at most 4000000T)")
     return int(value)
 
 

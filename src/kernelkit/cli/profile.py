@@ -67,6 +67,7 @@ def profile_command(
     from kernelkit.report.profile_table import print_profile
 
     target = with_solution(target, solution)
+    _check_case_args(size, dtype)
 
     def one(name: str) -> None:
         print_profile(out, profile(target, name, size=size, dtype=dtype, device=device, steps=steps, out_dir=out_dir,
@@ -80,6 +81,17 @@ def profile_command(
         raise fail(exc, EXIT_FAILED if isinstance(exc, CompileError) else EXIT_USAGE) from None
     except Exception as exc:  # noqa: BLE001 - most likely the impl's own error, reported with the user's line
         raise fail(RuntimeError(describe_exception(exc)), EXIT_FAILED) from None
+
+
+def _check_case_args(size: str | None, dtype: str | None) -> None:
+    """A bad --size or --dtype is named once, exit 2, before any impl is built or run."""
+    from kernelkit.values import to_dtype, to_size
+
+    try:
+        to_size(size)
+        to_dtype(dtype)
+    except KernelkitError as exc:
+        raise fail(exc, EXIT_USAGE) from None
 
 
 def _impls(target: str, op_name: str | None, device: str | None) -> dict[str, Impl]:
@@ -155,6 +167,7 @@ def ncu_command(
     from kernelkit.report.profile_table import print_kernels
 
     target = with_solution(target, solution)
+    _check_case_args(size, dtype)
     impls = _impls(target, op_name, None)
     if impl is None:
         impl = first_optimized(impls)
@@ -204,6 +217,7 @@ def asm_command(
     from kernelkit.report.profile_table import print_asm_summary
 
     target = with_solution(target, solution)
+    _check_case_args(size, dtype)
 
     def one(name: str) -> None:
         report = report_for(target, name, ir=ir or "sass", arch=arch, size=size, dtype=dtype, config=config,
