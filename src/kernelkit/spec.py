@@ -175,12 +175,19 @@ class Op:
         return TOLERANCES.get(dtype, (0.0, 0.0))
 
     def cost(self, inputs: Sequence[Any], outputs: Sequence[torch.Tensor]) -> tuple[int, int | None]:
-        """(bytes, flops) of one call. Bytes default to reading every input and writing every output once."""
+        """(bytes, flops) of one call. Bytes default to reading every input and writing every output once, each
+        storage once (an output that is a view of an input, or an input given twice, is one tensor of traffic)."""
         if self.bytes_fn is not None:
             nbytes = int(self.bytes_fn(*inputs))
         else:
-            tensors = [t for t in (*inputs, *outputs) if isinstance(t, torch.Tensor)]
-            nbytes = sum(t.numel() * t.element_size() for t in tensors)
+            views: dict[tuple[str, int], int] = {}
+            storage: dict[tuple[str, int], int] = {}
+            for t in (*inputs, *outputs):
+                if isinstance(t, torch.Tensor):
+                    key = (str(t.device), t.untyped_storage().data_ptr() or id(t))  # no memory: its own key
+                    views[key] = views.get(key, 0) + t.numel() * t.element_size()
+                    storage[key] = t.untyped_storage().nbytes()
+            nbytes = sum(min(n, storage[key]) for key, n in views.items())
         flops = int(self.flops_fn(*inputs)) if self.flops_fn is not None else None
         return nbytes, flops
 

@@ -22,7 +22,9 @@ under kernelkit's rule (which adds twice the reference's own low-precision error
 so the op has one size: the shape of its first tensor input (a label; (0,) when it cannot be read), on every
 device. A random model (an active Dropout, a torch.randn in forward) runs every call from the same fixed seed, so the
 reference and a solution making the same torch RNG calls draw the same numbers (KernelBench's own verdict does not
-do this: there even the reference itself fails such a problem).
+do this: there even the reference itself fails such a problem). Cost: FLOPs counted from the Model itself
+(measure.count, on the meta device where it runs there: a 4096^3 matmul problem is 2*4096^3 FLOPs and compute-bound),
+unless the problem file (get_flops, get_bytes) or the caller (problem_op's flops=, bytes=) declares its own.
 """
 
 from __future__ import annotations
@@ -40,7 +42,8 @@ import torch
 
 from kernelkit.errors import CompileError, LoadError, SpecError
 from kernelkit.formats._imports import import_file
-from kernelkit.spec import Impl, Op, Size
+from kernelkit.measure.count import counted
+from kernelkit.spec import CostFn, Impl, Op, Size
 
 KERNELBENCH_SEED = 42  # eval_kernel_against_ref(seed_num=42)
 KERNELBENCH_TRIALS = 5  # scripts/eval_from_generations.py: num_correct_trials = 5
@@ -234,6 +237,8 @@ def problem_op(
     precision: torch.dtype = torch.float32,
     tolerance: float | None = None,
     inputs_on: InputsOn = "device",
+    flops: CostFn | None = None,
+    bytes: CostFn | None = None,  # noqa: A002 - the name kk.op gives the same argument
 ) -> Op:
     """The op of a loaded problem, with impls ``reference`` and (given a solution file) ``solution``.
 
@@ -242,6 +247,11 @@ def problem_op(
     and milliseconds on a GPU); "cpu" draws them on the CPU and moves them (KernelBench's way: a seed gives the same
     data on every device). A solution that fails to import becomes an impl that
     raises CompileError (KernelBench's "compiled: false"), not a failed load.
+
+    Cost: flops(*inputs) and bytes(*inputs) as kk.op takes them, else the problem file's own ``get_flops`` and
+    ``get_bytes`` (same signature: the inputs forward gets), else FLOPs counted from the Model by FlopCounterMode
+    (measure.count: on the meta device, where the model builds and runs there) and bytes as every input read and
+    every output written once.
     """
     if inputs_on not in ("cpu", "device"):
         raise SpecError(f"inputs_on must be 'cpu' or 'device', got {inputs_on!r}")
@@ -257,17 +267,24 @@ def problem_op(
         return tuple(move(x, device, dtype) for x in inputs)
 
     tolerances = {d: (t, t) if tolerance is None else (tolerance, tolerance) for d, t in KERNELBENCH_TOLERANCE.items()}
-    op = Op(
+    op = counted(Op(
         name=problem.name, reference=models.runner("reference", problem.model), sizes=[size],
         dtypes=[precision], cpu_sizes=[size], make_inputs=make_inputs, bench_sizes=[size], tolerance=tolerances,
+        bytes_fn=bytes or _declared(problem, "get_bytes"), flops_fn=flops or _declared(problem, "get_flops"),
         description=f"KernelBench problem {problem.path.parent.name}/{problem.path.name} (fixed inputs; size = "
                     f"the first input's shape)",
-    )
+    ))
     op.impls["reference"] = Impl("reference", "eager", models.runner("impl_reference", problem.model),
                                  description="the problem's Model built again: a solution that is the reference")
     if solution is not None:
         op.impls["solution"] = _solution_impl(Path(solution).resolve(), models)
     return op
+
+
+def _declared(problem: Problem, name: str) -> CostFn | None:
+    """The problem file's own cost function ``name`` (get_flops, get_bytes), when it defines one."""
+    fn = getattr(problem.module, name, None)
+    return fn if callable(fn) else None
 
 
 def _solution_impl(path: Path, models: Models) -> Impl:
