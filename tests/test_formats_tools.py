@@ -1,5 +1,6 @@
 """profile, ncu and asm take a problem and its --solution as check and bench do: the op file kernelkit generates
-for them, impl `solution`; a bad solution is named, exit 2."""
+for them, impl `solution`; a bad solution, size, dtype or memory limit is named once, exit 2; Ctrl-C while the
+CLI imports is exit 130 and one line."""
 
 from __future__ import annotations
 
@@ -45,3 +46,27 @@ def test_a_memory_limit_past_any_machine_is_an_argument_error(cpu_process: None)
     done = invoke("check", "square", "--device", "cpu", "--max-memory", "99999999999T")
     assert done.exit_code == 2 and "more than any machine has" in done.output
     assert "Traceback" not in done.output and "OverflowError" not in done.output
+
+
+def test_ctrl_c_while_the_cli_imports_exits_130_without_a_traceback(monkeypatch, capsys):
+    import builtins
+    import sys
+
+    from kernelkit import _entry
+
+    real_import = builtins.__import__
+
+    def interrupted(name, *args, **kwargs):
+        if name == "kernelkit.cli":
+            raise KeyboardInterrupt
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.delitem(sys.modules, "kernelkit.cli", raising=False)
+    monkeypatch.setattr(builtins, "__import__", interrupted)
+    try:
+        _entry.main()
+    except SystemExit as exc:
+        assert exc.code == 130
+    else:
+        raise AssertionError("main() returned")
+    assert capsys.readouterr().err == "interrupted\n"

@@ -1,4 +1,4 @@
-from kernelkit.cli import main
+from kernelkit._entry import main
 
 if __name__ == "__main__":
     main()
