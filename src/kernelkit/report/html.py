@@ -93,25 +93,27 @@ def render_report(run: RunData, compare: RunComparison | None = None) -> str:
 
 
 def _rate_section(figures: list[str]) -> str:
-    if not figures:
-        return '<p class="dim">no timed results</p>'
-    return ('<p class="dim">Median per case, band p20-p80; dotted: the device\'s calibrated ceiling. Tick an impl to '
-            'hide or show it in every plot; hover a point for its numbers.</p><div id="impl-toggles"></div>'
-            f'<div class="plots">{"".join(figures)}</div>')
+    return _plots_section(figures, "Median per case, band p20-p80; dotted: the device's calibrated ceiling. Tick an "
+                          "impl to hide or show it in every plot; hover a point for its numbers.",
+                          empty="no timed results", controls='<div id="impl-toggles"></div>')
 
 
 def _roofline_section(figures: list[str]) -> str:
-    if not figures:
-        return '<p class="dim">no timed result has both a byte and a FLOP count</p>'
-    return ('<p class="dim">x: FLOPs / bytes of the op\'s cost model; y: FLOPs / median time. The roof is the lower '
-            'of the copy bandwidth x intensity and the dtype\'s matmul ceiling.</p>'
-            f'<div class="plots">{"".join(figures)}</div>')
+    return _plots_section(figures, "x: FLOPs / bytes of the op's cost model; y: FLOPs / median time. The roof is the "
+                          "lower of the copy bandwidth x intensity and the dtype's matmul ceiling.",
+                          empty="no timed result has both a byte and a FLOP count")
 
 
 def _memory_section(figures: list[str]) -> str:
-    return ('<p class="dim">Device memory one call allocated at its peak, above what was allocated before it '
-            '(torch.cuda.max_memory_allocated; torch\'s allocator only). Not measured on the CPU.</p>'
-            f'<div class="plots">{"".join(figures)}</div>')
+    return _plots_section(figures, "Device memory one call allocated at its peak, above what was allocated before it "
+                          "(torch.cuda.max_memory_allocated; torch's allocator only). Not measured on the CPU.")
+
+
+def _plots_section(figures: list[str], note: str, empty: str = "", controls: str = "") -> str:
+    """A section's note (HTML) over its figures, ``controls`` between them; ``empty`` alone when there is none."""
+    if not figures and empty:
+        return f'<p class="dim">{empty}</p>'
+    return f'<p class="dim">{note}</p>{controls}<div class="plots">{"".join(figures)}</div>'
 
 
 def _title(run: RunData) -> str:

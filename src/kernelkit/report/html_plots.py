@@ -16,7 +16,7 @@ median and p20/p80 of a case reach the page, never its raw samples.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from html import escape
 
@@ -147,26 +147,8 @@ def rate_plot(results: Sequence[BenchResult]) -> str:
         if math.isfinite(value):
             text = _point_text(r, s, metric, value, low, high)
             by_impl.setdefault(r.impl, []).append(RatePoint(sizes.index(r.size), value, low, high, text))
-    ceiling = ceiling_line(list(results), metric, None)
-    finite = [v for points in by_impl.values() for p in points for v in (p.value, p.low, p.high) if math.isfinite(v)]
-    top = max([*finite, ceiling[0] if ceiling else 0.0, 1e-30]) * 1.08
-    x_step = (WIDTH - LEFT - RIGHT) / max(len(sizes), 1)
-    x = lambda i: LEFT + (i + 0.5) * x_step  # noqa: E731 - categorical sizes, each in the middle of its slot
-    y = LinearScale(0.0, top, HEIGHT - BOTTOM, TOP)
-    parts = _y_axis(y, [(t, f"{t:g}") for t in y.ticks()], f"{metric.label} (median; band p20-p80)")
-    parts += _size_axis(sizes, x)
-    if ceiling:
-        cy = num(y(ceiling[0]))
-        parts.append(f'<line class="ceiling" x1="{LEFT}" x2="{WIDTH - RIGHT}" y1="{cy}" y2="{cy}"/>'
-                     f'<text x="{WIDTH - RIGHT - 4}" y="{num(y(ceiling[0]) - 4)}" text-anchor="end">'
-                     f'{escape(ceiling[1])}</text>')
-    legend = []
-    for n, (impl, points) in enumerate(by_impl.items()):
-        color = PALETTE[n % len(PALETTE)]
-        points.sort(key=lambda p: p.slot)
-        parts.append(_series(impl, points, color, impl in baselines, x, y))
-        legend.append((impl, f"{impl} (baseline)" if impl in baselines else impl, color, impl in baselines))
-    return _figure(_caption(results), parts, legend, interactive=True)
+    return _size_plot(_caption(results), sizes, by_impl, baselines, f"{metric.label} (median; band p20-p80)",
+                      ceiling_line(list(results), metric, None))
 
 
 def memory_plots(results: Sequence[BenchResult]) -> list[str]:
@@ -186,18 +168,32 @@ def memory_plot(results: Sequence[BenchResult]) -> str:
         text = f"{r.impl} · {'x'.join(map(str, r.size))} · {r.dtype}\npeak {format_bytes(peak)} above the inputs"
         by_impl.setdefault(r.impl, []).append(RatePoint(sizes.index(r.size), peak / 2**20, peak / 2**20,
                                                         peak / 2**20, text))
-    top = max([p.value for points in by_impl.values() for p in points] + [1e-30]) * 1.08
+    return _size_plot(_caption(measured) + " · peak memory", sizes, by_impl, baselines,
+                      "peak memory of one call (MiB)")
+
+
+def _size_plot(caption: str, sizes: Sequence[tuple[int, ...]], by_impl: dict[str, list[RatePoint]],
+               baselines: Collection[str], y_label: str, ceiling: tuple[float, str] | None = None) -> str:
+    """A <figure> of values against size: sizes as categories on x, a linear y from 0 past the highest point (and
+    the ceiling's dotted line, when given), a series per impl (baselines dashed) that the impl toggles hide."""
+    finite = [v for points in by_impl.values() for p in points for v in (p.value, p.low, p.high) if math.isfinite(v)]
+    top = max([*finite, ceiling[0] if ceiling else 0.0, 1e-30]) * 1.08
     x_step = (WIDTH - LEFT - RIGHT) / max(len(sizes), 1)
-    x = lambda i: LEFT + (i + 0.5) * x_step  # noqa: E731 - categorical sizes, as in rate_plot
+    x = lambda i: LEFT + (i + 0.5) * x_step  # noqa: E731 - categorical sizes, each in the middle of its slot
     y = LinearScale(0.0, top, HEIGHT - BOTTOM, TOP)
-    parts = _y_axis(y, [(t, f"{t:g}") for t in y.ticks()], "peak memory of one call (MiB)") + _size_axis(sizes, x)
+    parts = _y_axis(y, [(t, f"{t:g}") for t in y.ticks()], y_label) + _size_axis(sizes, x)
+    if ceiling:
+        cy = num(y(ceiling[0]))
+        parts.append(f'<line class="ceiling" x1="{LEFT}" x2="{WIDTH - RIGHT}" y1="{cy}" y2="{cy}"/>'
+                     f'<text x="{WIDTH - RIGHT - 4}" y="{num(y(ceiling[0]) - 4)}" text-anchor="end">'
+                     f'{escape(ceiling[1])}</text>')
     legend = []
     for n, (impl, points) in enumerate(by_impl.items()):
         color = PALETTE[n % len(PALETTE)]
         points.sort(key=lambda p: p.slot)
         parts.append(_series(impl, points, color, impl in baselines, x, y))
         legend.append((impl, f"{impl} (baseline)" if impl in baselines else impl, color, impl in baselines))
-    return _figure(_caption(measured) + " · peak memory", parts, legend, interactive=True)
+    return _figure(caption, parts, legend, interactive=True)
 
 
 def _size_axis(sizes: Sequence[tuple[int, ...]], x: Callable[[int], float]) -> list[str]:
