@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from kernelkit.cli.common import EXIT_USAGE, DeviceOpt, OpOpt, TargetArg, err, fail, parse_sizes
+from kernelkit.cli.common import EXIT_USAGE, DeviceOpt, DtypeOpt, OpOpt, TargetArg, err, fail, parse_sizes
 from kernelkit.errors import KernelkitError, SpecError
 
 
@@ -25,39 +25,46 @@ def export_command(
     problem: Annotated[Path | None, typer.Option(help="Also write the op as a problem here: a KernelBench problem "
                                                  "file, or a GPU MODE task folder.")] = None,
     sizes: Annotated[str | None, typer.Option(help="The problem's shapes (KernelBench: the first), e.g. 64x48,9x7; "
-                                               "default: the op's sizes for the device.")] = None,
+                                               "default: the op's GPU sizes, on any machine.")] = None,
+    dtype: DtypeOpt = None,
     op: OpOpt = None,
     force: Annotated[bool, typer.Option(help="Overwrite files that exist.")] = False,
     device: DeviceOpt = None,
 ) -> None:
     """Write impl IMPL of an op as a submission in another format: a KernelBench solution (ModelNew) or a GPU MODE
-    submission (custom_kernel). The file imports the op through kernelkit, so it runs wherever kernelkit does.
+    submission (custom_kernel). The file holds its own copy of the impl's code (Triton kernels and launchers, CUDA
+    source through load_inline, helpers), so it runs without kernelkit, where the format's evaluator runs.
 
-    Check it with the format's problem: `kernelkit check PROBLEM --solution FILE` (--problem writes one).
-    Exit code: 0 when written, 2 for an unknown op, impl or format, or a file that exists (without --force).
+    Check it with the format's problem: `kernelkit check PROBLEM --solution FILE` (--problem writes one, standalone
+    too, at the op's GPU sizes). Exit code: 0 when written, 2 for an unknown op, impl or format, an impl that needs
+    kernelkit at run time (the message names the impls that export), or a file that exists (without --force).
     """
     from kernelkit import formats
     from kernelkit.runs.export import FORMATS
+    from kernelkit.spec import parse_dtype
     from kernelkit.target import open_target
 
     try:
         if fmt not in FORMATS:
             raise SpecError(f"unknown format {fmt!r}; use one of {', '.join(FORMATS)}")
-        opened = open_target(target, device)
-        chosen = opened.op(op)
+        chosen = open_target(target, device).op(op)
         role = "submission" if fmt == "gpumode" else "solution"
         path = output if output is not None else Path(f"{chosen.name}_{impl}_{role}.py")
         for existing in (path, problem):
             if existing is not None and existing.exists() and not force:
                 raise SpecError(f"{existing} exists; pass --force to overwrite it")
-        where = opened.source if opened.source.endswith(".py") else target  # a file's path, or a built-in name
-        written = formats.export_submission(chosen, impl, fmt, path, target=where)  # type: ignore[arg-type]
-        shapes = parse_sizes(sizes) or (chosen.sizes_for("cpu") if opened.device == "cpu" else None)
-        extra = None if problem is None else formats.export_problem(  # type: ignore[arg-type]
-            chosen, fmt, problem, target=where, sizes=shapes)
+        kind = parse_dtype(dtype) if dtype is not None else None
+        written = formats.export_submission(chosen, impl, fmt, path)  # type: ignore[arg-type]
+        try:
+            extra = None if problem is None else formats.export_problem(  # type: ignore[arg-type]
+                chosen, fmt, problem, sizes=parse_sizes(sizes) or None, dtype=kind)
+        except (KernelkitError, OSError):
+            written.unlink()  # half a pair is not what was asked for
+            raise
     except (KernelkitError, OSError) as exc:
         raise fail(exc, EXIT_USAGE) from None
-    err.print(f"wrote {written} ({fmt} {role} running {chosen.name}/{impl})", highlight=False, soft_wrap=True)
+    err.print(f"wrote {written} ({fmt} {role} running {chosen.name}/{impl}, without kernelkit)", highlight=False,
+              soft_wrap=True)
     if extra is not None:
         err.print(f"wrote {extra} (the op as a {fmt} problem); check the pair: kernelkit check {extra} --solution "
                   f"{written}", highlight=False, soft_wrap=True)
