@@ -150,6 +150,18 @@ def _scaled(acc, scale_a_ptr, scale_b_ptr, SCALED: tl.constexpr):
     return acc
 
 
+@triton.jit
+def _matmul_tile(tile_id, a_ptr, b_ptr, c_ptr, scale_a_ptr, scale_b_ptr, M, N, K, stride_am, stride_ak,
+                 stride_bk, stride_bn, stride_cm, stride_cn, SCALED: tl.constexpr, INPUT_PRECISION: tl.constexpr,
+                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
+    """C tile ``tile_id`` (grouped order): A @ B over the whole of K, scaled (fp8), stored in C's dtype."""
+    pid_m, pid_n = _tile_coords(tile_id, M, N, BLOCK_M, BLOCK_N, GROUP_M)
+    acc = _dot_tile(a_ptr, b_ptr, M, N, pid_m, pid_n, K, stride_am, stride_ak, stride_bk, stride_bn,
+                    INPUT_PRECISION, BLOCK_M, BLOCK_N, BLOCK_K)
+    acc = _scaled(acc, scale_a_ptr, scale_b_ptr, SCALED)
+    _store_tile(c_ptr, acc, M, N, pid_m, pid_n, stride_cm, stride_cn, BLOCK_M, BLOCK_N)
+
+
 # ---- kernels ------------------------------------------------------------------------------------------------
 
 
@@ -161,11 +173,9 @@ def matmul_kernel(a_ptr, b_ptr, c_ptr, scale_a_ptr, scale_b_ptr, M, N, K,
                   BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
     # One program per C tile. Reads A N/BLOCK_N times and B M/BLOCK_M times (L2 absorbs much of it);
     # 2 BLOCK_M BLOCK_N BLOCK_K flops per loaded (BLOCK_M + BLOCK_N) BLOCK_K elements.
-    pid_m, pid_n = _tile_coords(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
-    acc = _dot_tile(a_ptr, b_ptr, M, N, pid_m, pid_n, K, stride_am, stride_ak, stride_bk, stride_bn,
-                    INPUT_PRECISION, BLOCK_M, BLOCK_N, BLOCK_K)
-    acc = _scaled(acc, scale_a_ptr, scale_b_ptr, SCALED)
-    _store_tile(c_ptr, acc, M, N, pid_m, pid_n, stride_cm, stride_cn, BLOCK_M, BLOCK_N)
+    _matmul_tile(tl.program_id(0), a_ptr, b_ptr, c_ptr, scale_a_ptr, scale_b_ptr, M, N, K, stride_am, stride_ak,
+                 stride_bk, stride_bn, stride_cm, stride_cn, SCALED, INPUT_PRECISION, BLOCK_M, BLOCK_N, BLOCK_K,
+                 GROUP_M)
 
 
 @_autotune(_ALL, _KEY)
@@ -179,11 +189,9 @@ def matmul_persistent_kernel(a_ptr, b_ptr, c_ptr, scale_a_ptr, scale_b_ptr, M, N
     # partly idle SMs, no block launch per tile, and one tile's epilogue overlaps the next tile's loads.
     num_tiles = tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N)
     for tile_id in tl.range(tl.program_id(0), num_tiles, NUM_PROGRAMS):
-        pid_m, pid_n = _tile_coords(tile_id, M, N, BLOCK_M, BLOCK_N, GROUP_M)
-        acc = _dot_tile(a_ptr, b_ptr, M, N, pid_m, pid_n, K, stride_am, stride_ak, stride_bk, stride_bn,
-                        INPUT_PRECISION, BLOCK_M, BLOCK_N, BLOCK_K)
-        acc = _scaled(acc, scale_a_ptr, scale_b_ptr, SCALED)
-        _store_tile(c_ptr, acc, M, N, pid_m, pid_n, stride_cm, stride_cn, BLOCK_M, BLOCK_N)
+        _matmul_tile(tile_id, a_ptr, b_ptr, c_ptr, scale_a_ptr, scale_b_ptr, M, N, K, stride_am, stride_ak,
+                     stride_bk, stride_bn, stride_cm, stride_cn, SCALED, INPUT_PRECISION, BLOCK_M, BLOCK_N, BLOCK_K,
+                     GROUP_M)
 
 
 @_autotune(_ALL, _KEY)
@@ -288,34 +296,30 @@ def _scale_args(scales: Scales, c: torch.Tensor) -> tuple[torch.Tensor, torch.Te
 def matmul_blocked(a: torch.Tensor, b: torch.Tensor, out_dtype: torch.dtype, precision: str = DOT_PRECISION,
                    scales: Scales = None) -> torch.Tensor:
     """C = A @ B by matmul_kernel: one program per C tile, tiles in grouped order."""
-    c = _output(a, b, out_dtype)
-    (M, K), N = a.shape, b.shape[1]
-    if c.numel():
-        scale_a, scale_b, scaled = _scale_args(scales, c)
-
-        def grid(meta: dict[str, Any]) -> tuple[int]:
-            return (triton.cdiv(M, meta["BLOCK_M"]) * triton.cdiv(N, meta["BLOCK_N"]),)
-
-        matmul_kernel[grid](a, b, c, scale_a, scale_b, M, N, K, a.stride(0), a.stride(1), b.stride(0), b.stride(1),
-                            c.stride(0), c.stride(1), SCALED=scaled, INPUT_PRECISION=precision)
-    return c
+    return _launch_tiles(a, b, out_dtype, precision, scales, persistent=False)
 
 
 def matmul_persistent(a: torch.Tensor, b: torch.Tensor, out_dtype: torch.dtype, precision: str = DOT_PRECISION,
                       scales: Scales = None) -> torch.Tensor:
     """C = A @ B by matmul_persistent_kernel: at most one program per SM, each looping over tiles."""
+    return _launch_tiles(a, b, out_dtype, precision, scales, persistent=True)
+
+
+def _launch_tiles(a: torch.Tensor, b: torch.Tensor, out_dtype: torch.dtype, precision: str, scales: Scales,
+                  persistent: bool) -> torch.Tensor:
     c = _output(a, b, out_dtype)
     (M, K), N = a.shape, b.shape[1]
     if c.numel():
         scale_a, scale_b, scaled = _scale_args(scales, c)
-        slots = program_slots(a.device)
+        slots = program_slots(a.device) if persistent else None
+        kernel, extra = (matmul_kernel, {}) if slots is None else (matmul_persistent_kernel, {"NUM_PROGRAMS": slots})
 
         def grid(meta: dict[str, Any]) -> tuple[int]:
-            return (min(slots, triton.cdiv(M, meta["BLOCK_M"]) * triton.cdiv(N, meta["BLOCK_N"])),)
+            tiles = triton.cdiv(M, meta["BLOCK_M"]) * triton.cdiv(N, meta["BLOCK_N"])
+            return (tiles if slots is None else min(slots, tiles),)
 
-        matmul_persistent_kernel[grid](a, b, c, scale_a, scale_b, M, N, K, a.stride(0), a.stride(1), b.stride(0),
-                                       b.stride(1), c.stride(0), c.stride(1), NUM_PROGRAMS=slots, SCALED=scaled,
-                                       INPUT_PRECISION=precision)
+        kernel[grid](a, b, c, scale_a, scale_b, M, N, K, a.stride(0), a.stride(1), b.stride(0), b.stride(1),
+                     c.stride(0), c.stride(1), SCALED=scaled, INPUT_PRECISION=precision, **extra)
     return c
 
 
