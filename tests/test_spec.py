@@ -61,7 +61,9 @@ def test_default_inputs_are_seeded_one_tensor_per_parameter():
 def test_cost_model_defaults_to_inputs_plus_outputs():
     op = make_op()
     x = torch.zeros(8, 3)
-    assert op.cost([x], [x]) == (2 * 24 * 4, None)
+    assert op.cost([x], [x.clone()]) == (2 * 24 * 4, None)
+    assert op.cost([x], [x, x.view(-1)]) == (24 * 4, None)  # an output in the input's memory: one tensor of traffic
+    assert op.cost([x], [*x.chunk(2)]) == (24 * 4, None)  # views of one buffer: its bytes once, not more
     op2 = make_op(bytes=lambda x: 7, flops=lambda x: x.numel())
     assert op2.cost([x], [x]) == (7, 24)
 

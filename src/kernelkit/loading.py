@@ -15,6 +15,7 @@ import traceback
 from pathlib import Path
 
 from kernelkit.errors import LoadError
+from kernelkit.measure.count import counted
 from kernelkit.spec import Op
 
 _loaded: dict[str, dict[str, Op]] = {}
@@ -22,10 +23,11 @@ _loaded: dict[str, dict[str, Op]] = {}
 
 def load(source: str) -> dict[str, Op]:
     """Import ``source`` once per process and return its ops by name. The process must be prepared already (a
-    worker, or after ``open_target``): ``source`` may import triton or numba."""
+    worker, or after ``open_target``): ``source`` may import triton or numba. An op that declares no FLOPs gets
+    them counted from its reference (measure.count)."""
     if source not in _loaded:
         module = _import_file(source) if source.endswith(".py") else importlib.import_module(source)
-        ops = {v.name: v for v in vars(module).values() if isinstance(v, Op)}
+        ops = {v.name: counted(v) for v in vars(module).values() if isinstance(v, Op)}
         if not ops:
             raise LoadError(f"{source} defines no op; decorate a reference function with @kernelkit.op(...)")
         _loaded[source] = ops

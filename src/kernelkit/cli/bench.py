@@ -66,6 +66,9 @@ def bench_command(
                                                   "default 10 on a GPU, 0.3 on the CPU.")] = None,
     rse: Annotated[float, typer.Option(help="Stop when the median's relative standard error is under this.")] = 0.005,
     baselines: Annotated[bool, typer.Option(help="Time eager PyTorch and torch.compile alongside.")] = True,
+    compile_baseline: Annotated[bool, typer.Option("--compile/--no-compile", help="Time the torch.compile "
+                                                   "baseline (its first build takes seconds a problem; eager "
+                                                   "stays).")] = True,
     strict: Annotated[bool | None, typer.Option("--strict/--no-strict", help="Strict mode (README: Strict mode); "
                                                 "default: on when the run is stored or written with --json/--csv "
                                                 "(not with --gpus or --ray).")]
@@ -103,7 +106,7 @@ def bench_command(
     Exit code: 0 when every case that ran was correct and timed, 1 otherwise, 2 for bad arguments, 130 when
     interrupted (finished cases are kept in the store).
     """
-    from kernelkit.report.bench_table import bench_table, note_lines, skip_lines, warning_lines
+    from kernelkit.report.bench_table import bench_table, built_lines, note_lines, skip_lines, warning_lines
     from kernelkit.runs.repeat import bench_repeated
 
     opened = None
@@ -119,7 +122,8 @@ def bench_command(
             exported = (not no_store or json_path is not None or csv_path is not None) and not gpus and not ray
             report = bench_repeated(
                 target, repeat, impls=impl or [], sizes=size_list, dtypes=dtype_list, device=device, mode=mode,
-                budget=budget, rse_target=rse, baselines=baselines, graph_warm=graph_warm, timeout=timeout,
+                budget=budget, rse_target=rse, graph_warm=graph_warm, timeout=timeout,
+                baselines=baselines if compile_baseline or not baselines else ("eager",),
                 gpus=gpus, ray=ray,
                 store=opened, command=shlex.join(["kernelkit", *sys.argv[1:]]), on_result=bar.done,
                 strict=exported if strict is None else strict, solution=solution, on_phase=bar.phase,
@@ -136,7 +140,7 @@ def bench_command(
     for line in [] if wide else note_lines(shown):
         screen.print(line, highlight=False)
     warned = warning_lines(report.results, notes_shown=not wide, verbose=verbose)
-    for line in skip_lines(report.results) + warned + _format_lines(target, report.results):
+    for line in skip_lines(report.results) + built_lines(shown) + warned + _format_lines(target, report.results):
         screen.print(line, highlight=False)
     from kernelkit.report.bench_table import log_lines
 

@@ -69,8 +69,10 @@ SOLUTION_IMPLS = ("solution", "submission")  # what a problem's loader calls the
 
 
 def solution_impl(results: Sequence[Any]) -> str:
-    """The impl a summary scores: the solution (or submission) when the results have one, else the reference."""
-    return next((name for name in SOLUTION_IMPLS if any(r.impl == name for r in results)), "reference")
+    """The impl a summary scores: the solution (or submission) when the results have one, else the reference (in
+    a benchmark, the eager baseline: a problem's reference is timed once, as eager)."""
+    found = next((name for name in SOLUTION_IMPLS if any(r.impl == name for r in results)), None)
+    return found or ("reference" if any(r.impl == "reference" for r in results) else "eager")
 
 
 def scores_from_results(results: Sequence[Any], impl: str | None = None,
@@ -88,7 +90,9 @@ def scores_from_results(results: Sequence[Any], impl: str | None = None,
     scores = []
     for name, mine in by_op.items():
         correct = bool(mine) and all(r.status is Status.PASSED for r in mine)
-        ratios = [r.speedups["eager"].value for r in mine if "eager" in r.speedups]
+        # eager scored as its own solution (a level's references): 1x over itself by definition
+        ratios = [1.0 if impl == "eager" else r.speedups["eager"].value for r in mine
+                  if impl == "eager" or "eager" in r.speedups]
         speedup = geometric_mean(ratios) if correct and len(ratios) == len(mine) else None
         scores.append(ProblemScore(name, correct, speedup))
     return scores

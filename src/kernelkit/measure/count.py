@@ -2,7 +2,7 @@
 MODE task, a ``kk.op`` without ``flops=``); bytes stay the op's own model (spec.Op.cost: every input read and every
 output written once, each storage once).
 
-The count is torch.utils.flop_counter.FlopCounterMode around one call of the reference:
+The count is torch.utils.flop_counter's (FlopCounterMode's formulas) around one call of the reference:
 1. on meta copies of the inputs: the counter reads shapes only, so this costs no memory and no device time (a
    KernelBench model is built on the meta device for it, see formats/kernelbench.py);
 2. else (a reference that reads its data: ``.item()``, a data-dependent shape, a tensor made on a named device) on
@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from kernelkit.errors import describe_exception
 from kernelkit.spec import Op
@@ -63,13 +64,41 @@ def count(fn: Callable[..., Any], inputs: Sequence[Any]) -> Count:
 
 
 def _counted(fn: Callable[..., Any], inputs: Sequence[Any]) -> tuple[int, dict[str, int]]:
-    from torch.utils.flop_counter import FlopCounterMode  # imported on first use: it pulls in torch._decomp
-
-    counter = FlopCounterMode(display=False)
+    counter = _FlopCounter()
     with counter, torch.no_grad():
         fn(*inputs)
-    by_op = {str(name).rpartition(".")[2]: int(n) for name, n in counter.get_flop_counts().get("Global", {}).items()}
-    return int(counter.get_total_flops()), by_op
+    return sum(counter.by_op.values()), counter.by_op
+
+
+class _FlopCounter(TorchDispatchMode):
+    """FlopCounterMode's count (its formulas, flop_registry, and its decomposing of an op it has none for into
+    ops it has) without its per-module tracking and dynamo guard, which import torch._dynamo: 1-2 s the first
+    time in a process, more than counting a whole KernelBench level on meta."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.by_op: dict[str, int] = {}
+
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:
+        # A count never runs under torch.compile: no need for the wrapper that imports torch._dynamo (the 1-2 s)
+        return False
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        from torch.utils.flop_counter import flop_registry
+
+        kwargs = kwargs or {}
+        packet = func._overloadpacket
+        if packet not in flop_registry and func is not torch.ops.prim.device.default:
+            with self:
+                out = func.decompose(*args, **kwargs)
+            if out is not NotImplemented:
+                return out
+        out = func(*args, **kwargs)
+        if packet in flop_registry:
+            name = packet.__name__
+            self.by_op[name] = self.by_op.get(name, 0) + int(flop_registry[packet](*args, **kwargs, out_val=out))
+        return out
 
 
 def compute_kind(dtype: torch.dtype | None, by_op: dict[str, int]) -> str:

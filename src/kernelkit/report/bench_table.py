@@ -65,7 +65,8 @@ def bench_table(results: Sequence[BenchResult], *, title: str = "", show_ci: boo
                  *([bound_text(m)] if show_bound else []), ceiling_text(m),
                  *([format_bytes(m.peak_bytes if m else None)] if show_memory else []),
                  *(speedup_text(r.speedups.get(name), show_ci) for name in vs), status_text(r.status),
-                 escape(notes_text(m)), *([escape(_first_line(r.message))] if show_message else [])]
+                 escape("; ".join(n for n in (notes_text(m), built_text(r)) if n)),
+                 *([escape(_first_line(r.message))] if show_message else [])]
         table.add_row(*cells)
     return table
 
@@ -152,6 +153,22 @@ def note_lines(results: Sequence[BenchResult]) -> list[str]:
             text = text if not said else f"{text}: {said}"
             lines.append(f"[dim]note {escape(r.case_id)}: {escape(text)}[/]")
     return lines
+
+
+def built_text(r: BenchResult) -> str:
+    """'built in 8.1 s': what the row's first call cost where its check built it (torch.compile's compile)."""
+    seconds = r.details.get("compile_seconds")
+    return f"built in {seconds:.1f} s" if isinstance(seconds, (int, float)) and seconds > 0 else ""
+
+
+def built_lines(results: Sequence[BenchResult]) -> list[str]:
+    """One line under the table: what building the torch.compile baseline cost, in all and per case."""
+    spent = sorted(float(r.details["compile_seconds"]) for r in results if built_text(r))
+    if not spent:
+        return []
+    each = f"{spent[0]:.1f} s" if len(spent) == 1 else f"median {spent[len(spent) // 2]:.1f} s, max {spent[-1]:.1f} s"
+    return [f"[dim]torch.compile built its baseline in {sum(spent):.1f} s over {len(spent)} case(s) ({each}); "
+            f"--no-compile leaves it out[/]"]
 
 
 def caption(results: Sequence[BenchResult]) -> str:

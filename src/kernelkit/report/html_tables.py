@@ -33,8 +33,8 @@ from kernelkit.store import CaseChange, RunComparison
 MESSAGE_LIMIT = 4000  # characters of one failure message kept on the page: a long traceback's end says enough
 LOG_LINES = 20  # lines of a failed worker's output kept
 # Options of `kernelkit bench` that take no value (the rest take one): needed to find the target in a command.
-BENCH_FLAGS = {"--graph-warm", "--no-store", "--baselines", "--no-baselines", "--strict", "--no-strict", "--wide",
-               "--calibrate", "--no-calibrate", "--verbose", "-v"}
+BENCH_FLAGS = {"--graph-warm", "--no-store", "--baselines", "--no-baselines", "--compile", "--no-compile", "--strict",
+               "--no-strict", "--wide", "--calibrate", "--no-calibrate", "--verbose", "-v"}
 # Options a one-case repro replaces (the case's own impl, size, dtype, mode, device) or drops (output files).
 REPLACED = {"--impl", "-i", "--sizes", "--dtypes", "--mode", "--device", "--json", "--csv", "--plot"}
 

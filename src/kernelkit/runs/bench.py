@@ -5,7 +5,9 @@ For each group, in one worker process (Worker):
 1. the correctness gate: each impl (and the torch.compile baseline) is checked as ``kernelkit check`` would
    (strict mode: judged here, runs/strict.py); only the PASSED ones are timed;
 2. they are timed with the eager and torch.compile baselines, interleaved, in the worker (jobs/bench.py; strict
-   mode: on secret inputs, each timed output judged here, runs/strict_bench.py);
+   mode: on secret inputs, each timed output judged here, runs/strict_bench.py); a KernelBench problem's or GPU
+   MODE task's ``reference`` is its eager baseline, timed once; what the compile baseline's build cost (its
+   check's first call) goes with its timed row;
 3. speedups against each baseline with a 95% bootstrap interval.
 Every result goes to the results store as soon as it exists, so an interrupted sweep keeps what finished. A group
 whose worker dies or hangs while timing is timed again one contender at a time, to find the one at fault.
@@ -36,6 +38,9 @@ from kernelkit.spec import BASELINES, Case, Op, Size, dtype_name, parse_dtype
 from kernelkit.target import make_cases, open_target
 
 OnBenchResult = Callable[[BenchResult], None]
+# A KernelBench problem's or GPU MODE task's impl that is its reference as written (the Model built again,
+# ref_kernel): a sweep times it once, as the eager baseline, and naming it (--impl reference) times eager.
+FORMAT_REFERENCE = "reference"
 
 
 @dataclass
@@ -67,7 +72,7 @@ def bench_op(
     mode: str = "cold",
     budget: float | None = None,
     rse_target: float = timer.DEFAULT_RSE,
-    baselines: bool = True,
+    baselines: bool | Sequence[str] = True,
     graph_warm: bool = False,
     timeout: float = DEFAULT_TIMEOUT,
     store: Any = None,
@@ -85,7 +90,10 @@ def bench_op(
     folder; ``solution``: see target.open_target): every impl (or ``impls``) at every size and dtype.
 
     sizes: default the op's bench_sizes (cpu_sizes on the CPU). budget: seconds of sampling per contender and
-    case (default 10 on a GPU, 0.3 on the CPU). graph_warm: graph mode without rotating input copies. store: a
+    case (default 10 on a GPU, 0.3 on the CPU). baselines: True times eager and torch.compile beside the impls,
+    False neither, a sequence those it names (("eager",): no compile, whose first build costs seconds a problem).
+    A problem's or task's ``reference`` is its eager baseline, timed once. graph_warm: graph mode without
+    rotating input copies. store: a
     store.Store to record the run in. Each (size, dtype) runs in a worker process: a crash or hang there ends that
     group, not the sweep. gpus ('all', 2, '0,1'): the groups spread over one worker per GPU; ray ('auto', 'local',
     an address): over a Ray cluster's GPUs (see kernelkit.scale); each result then records its GPU.
@@ -105,7 +113,8 @@ def bench_op(
     spend = timer.default_budget(dev) if budget is None else budget
     settings = Settings(mode=mode, budget=spend, rse_target=rse_target, graph_warm=graph_warm, calibrate=calibrate)
     report = SweepReport(device=dev, mode=mode)
-    groups = plan_groups(source, ops, dev, impls, sizes, dtypes, baselines)
+    groups = plan_groups(source, ops, dev, impls, sizes, dtypes, baselines,
+                         as_eager=FORMAT_REFERENCE if opened.format is not None else "")
     if on_plan is not None:
         on_plan(sum(len(g.cases) + int(g.eager) for g in groups))
     spread = Spread.of(gpus, ray, dev)  # None: one worker in this process
@@ -194,17 +203,20 @@ class BenchGroup:
 
 def plan_groups(
     source: str, ops: Sequence[Op], device: str, impls: Sequence[str], sizes: Sequence[Size],
-    dtypes: Sequence[torch.dtype], baselines: bool,
+    dtypes: Sequence[torch.dtype], baselines: bool | Sequence[str], as_eager: str = "",
 ) -> list[BenchGroup]:
     """One group per (op, size, dtype): impls (all, or those named) and the baselines (those named in ``impls``;
-    if none is named, both unless ``baselines`` is False).
+    if none is named, ``baselines``: True both, False none, a sequence those it names).
 
     The compile baseline is a case like an impl's: it is checked before it is timed. An impl the op registers
-    under a baseline's name (eager, compile) is timed as that baseline.
+    under a baseline's name (eager, compile) is timed as that baseline. ``as_eager``: an impl that is the
+    reference as written (FORMAT_REFERENCE): never timed beside eager, and naming it names eager.
     """
+    if as_eager:
+        impls = list(dict.fromkeys("eager" if n == as_eager else n for n in impls))
     named = [n for n in impls if n in BASELINES]
     wanted = [n for n in impls if n not in BASELINES]
-    chosen = named or (list(BASELINES) if baselines else [])
+    chosen = named or _chosen_baselines(baselines)
     groups = []
     if wanted:  # as check: an impl named is an impl of any of the ops (an unknown one is an error naming them)
         make_cases(source, ops, device, wanted, [(1,)], dtypes[:1])
@@ -214,7 +226,7 @@ def plan_groups(
             continue  # the impls named belong to another op of the file
         mine = [n for n in wanted if n in op.all_impls()]
         cases = make_cases(source, [op], device, mine, op_sizes, dtypes) if mine or not impls else []
-        cases = [c for c in cases if c.impl not in BASELINES]
+        cases = [c for c in cases if c.impl not in BASELINES and c.impl != as_eager]
         for size in op_sizes:
             for dtype in dtypes or op.dtypes:
                 name = dtype_name(dtype)
@@ -226,6 +238,16 @@ def plan_groups(
                 eager = "eager" in chosen and "eager" not in op.impls
                 groups.append(BenchGroup(source, op.name, tuple(size), name, mine, eager))
     return groups
+
+
+def _chosen_baselines(baselines: bool | Sequence[str]) -> list[str]:
+    if isinstance(baselines, bool):
+        return list(BASELINES) if baselines else []
+    unknown = [n for n in baselines if n not in BASELINES]
+    if unknown:
+        raise errors.SpecError(f"unknown baseline(s) {', '.join(map(repr, unknown))}: the baselines are "
+                               f"{', '.join(BASELINES)}")
+    return [n for n in BASELINES if n in baselines]
 
 
 def _run_group(
@@ -255,6 +277,8 @@ class BenchGroupRun:
     alone: list[tuple[str, str]] = field(default_factory=list)
     held: list[BenchResult] = field(default_factory=list)
     gate_warnings: dict[str, list[str]] = field(default_factory=dict)  # impl -> what its passed check warned of
+    # impl -> seconds its passed check spent building it (torch.compile's first call): the timed row says so
+    built: dict[str, float] = field(default_factory=dict)
 
     @property
     def source(self) -> str:
@@ -289,6 +313,8 @@ class BenchGroupRun:
             if checked.status is Status.PASSED:
                 self.passed.append((case.impl, role))
                 self.gate_warnings[case.impl] = list(checked.warnings)
+                if checked.details.get("compile_seconds"):
+                    self.built[case.impl] = float(checked.details["compile_seconds"])
                 return []
             return [BenchResult(case.op, case.impl, checked.backend, case.size, case.dtype, self.device,
                                 self.settings.mode, checked.status, role=role, message=gate_message(checked),
@@ -299,6 +325,8 @@ class BenchGroupRun:
             if r.status.failed and outcome.log:
                 r.details.setdefault("log", outcome.log)
             r.warnings.extend(w for w in self.gate_warnings.get(r.impl, []) if w not in r.warnings)
+            if r.impl in self.built:
+                r.details.setdefault("compile_seconds", self.built[r.impl])
         if self.alone:  # one contender timed alone, after the group's worker died or hung
             self.alone.pop(0)
             self.held.extend(outcome.results)
