@@ -76,6 +76,7 @@ class Standalone:
         self._units: list[_Unit] = []
         self._kept: list[Any] = []  # objects whose id() is a key: alive while the body is built
         self._modules: dict[str, Module] = {}
+        self._theirs: dict[str, Key] = {}  # names another body gives its own definitions (see share_names_with)
         self.requires: set[str] = {"torch"}  # installed top-level packages the body imports
         for name, module in reserved.items():
             if module is None:
@@ -90,6 +91,11 @@ class Standalone:
         if not isinstance(fn, types.FunctionType):
             raise NotStandalone(f"{fn!r} is a {type(fn).__name__}, not a function whose source can be copied")
         return self._function(fn, fn.__name__)
+
+    def share_names_with(self, other: Standalone) -> None:
+        """Give what ``other`` also holds the name it has there, and nothing else any of its names: the two bodies
+        can then run in one namespace (KernelBench execs a problem and its solution into one dict)."""
+        self._theirs.update({name: key for key, name in other._emitted.items()})
 
     def define(self, wanted: str, expression: str) -> str:
         """A module-level ``name = expression`` of the caller's (names it uses must be in the body already)."""
@@ -114,8 +120,9 @@ class Standalone:
     def _claim(self, key: Key, wanted: str) -> str:
         if key in self._emitted:
             return self._emitted[key]
-        name, n = wanted, 1
-        while name in self._names or not name.isidentifier():
+        ours = [name for name, theirs in self._theirs.items() if theirs == key]
+        name, n = (ours[0] if ours else wanted), 1
+        while name in self._names or self._theirs.get(name, key) != key or not name.isidentifier():
             n += 1
             name = f"{wanted}_{n}"
         self._names[name] = key
@@ -177,7 +184,7 @@ class Standalone:
         if key in self._emitted:
             return self._emitted[key]
         emitted = self._claim(key, name)
-        self._units.append(_Unit(mod.name, self._copy(mod, stmt, None, rename=(name, emitted))))
+        self._units.append(_Unit(mod.label, self._copy(mod, stmt, None, rename=(name, emitted))))
         return emitted
 
     def _shared_statement(self, mod: Module, stmt: ast.Assign, name: str) -> str:
@@ -189,7 +196,7 @@ class Standalone:
                     raise NotStandalone(f"{bound} (in {mod.name}, line {stmt.lineno}) clashes with another name of "
                                         "the same spelling and is set with other names at once")
             self._emitted[key] = name
-            self._units.append(_Unit(mod.name, self._copy(mod, stmt, None)))
+            self._units.append(_Unit(mod.label, self._copy(mod, stmt, None)))
         return self._emitted[("def", mod.name, name)]
 
     def _imported(self, mod: Module, stmt: ast.stmt, alias: ast.alias, name: str, value: Any) -> str | _Alias:
@@ -225,7 +232,7 @@ class Standalone:
         self._kept.append(value)
         if key not in self._emitted:
             emitted = self._claim(key, name)
-            self._units.append(_Unit(mod.name, f"{emitted} = {text}"))
+            self._units.append(_Unit(mod.label, f"{emitted} = {text}"))
         return self._emitted[key]
 
     def _special(self, module: str, name: str, value: Any) -> str | _Alias | None:
@@ -267,13 +274,13 @@ class Standalone:
         if isinstance(node, ast.Lambda):
             emitted = self._claim(key, wanted if wanted != "<lambda>" else "fn")
             text = self._copy(mod, node, cells)
-            self._units.append(_Unit(mod.name, f"{emitted} = (\n{textwrap.indent(text.strip(), '    ')}\n)"))
+            self._units.append(_Unit(mod.label, f"{emitted} = (\n{textwrap.indent(text.strip(), '    ')}\n)"))
             return emitted
         # A nested def's decorators ran in its enclosing function, whose names are gone: it is copied without.
         nested = "<locals>" in fn.__qualname__
         emitted = self._claim(key, fn.__name__ if fn.__name__.isidentifier() else fn.__code__.co_name)
         text = self._copy(mod, node, cells, rename=(fn.__code__.co_name, emitted), undecorated=nested)
-        self._units.append(_Unit(mod.name, text))
+        self._units.append(_Unit(mod.label, text))
         return emitted
 
     def _copy(self, mod: Module, node: ast.AST, cells: dict[str, Any] | None,

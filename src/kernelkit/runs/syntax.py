@@ -34,6 +34,13 @@ class Module:
     parents: dict[ast.AST, ast.AST] = field(default_factory=dict)
     starts: list[int] = field(default_factory=list)  # byte offset of each line's start
 
+    @property
+    def label(self) -> str:
+        """How a copy names where its code comes from: kernelkit's module name, else the user's file name."""
+        if self.name.partition(".")[0] == "kernelkit":
+            return self.name
+        return Path(getattr(self.module, "__file__", None) or self.name).name
+
     def offset(self, line: int, col: int) -> int:
         return self.starts[line - 1] + col if line <= len(self.starts) else len(self.data)
 
