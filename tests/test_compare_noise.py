@@ -26,22 +26,22 @@ def samples(center: float, rel_noise: float, n: int = 200, seed: int = 0) -> lis
 
 
 def result(impl: str, times: list[float] | None, *, device: str = "cuda", spread: float | None = None,
-           status: Status = Status.PASSED) -> BenchResult:
+           status: Status = Status.PASSED, backend: str = "eager") -> BenchResult:
     m = None if times is None else Measurement(label=impl, mode="hot", device=device, device_name="test",
                                                samples=times, first_call=0.1, warmup_calls=3,
                                                stop_reason="converged")
     details = {} if spread is None else {SPREAD_KEY: spread}
-    return BenchResult(op="square", impl=impl, backend="triton", size=(64, 64), dtype="float32", device=device,
+    return BenchResult(op="square", impl=impl, backend=backend, size=(64, 64), dtype="float32", device=device,
                        mode="hot", status=status, measurement=m, details=details)
 
 
 def two_runs(store: Store, pairs: dict[str, tuple[list[float] | None, list[float] | None]], *, device: str = "cuda",
-             spread: float | None = None) -> tuple[int, int]:
+             spread: float | None = None, backend: str = "eager") -> tuple[int, int]:
     runs = []
     for side in (0, 1):
         run = store.begin_run("kernelkit bench square", {"device_name": "test"}, device=device)
         for impl, times in pairs.items():
-            store.add_result(run, result(impl, times[side], device=device, spread=spread))
+            store.add_result(run, result(impl, times[side], device=device, spread=spread, backend=backend))
         store.finish_run(run)
         runs.append(run)
     return runs[0], runs[1]
@@ -121,6 +121,23 @@ def test_a_wide_spread_raises_the_floor_so_an_a_a_compare_of_tiny_cpu_cases_says
     a, b = two_runs(store, {"steady": (quiet_a, quiet_b)}, device="cpu")
     (change,) = compare(store, a, b).changes  # a steady case keeps the default floor: 40% is slower
     assert change.verdict == "slower" and change.floor_from == "default (cpu)"
+
+
+def test_a_kernel_timed_in_a_cpu_stand_in_is_never_faster_or_slower(store: Store):
+    # Triton's interpreter on a 2-core machine at load 6: unchanged code read 1.5-4x faster in an A/A compare, its
+    # samples steady within each run. Its time follows the machine's load, not the kernel: same, and why.
+    steady_a, steady_b = samples(1e-2, 0.03, seed=9), [0.3 * t for t in samples(1e-2, 0.03, seed=10)]
+    for backend in ("triton", "numba"):
+        a, b = two_runs(store, {"interp": (steady_a, steady_b)}, device="cpu", backend=backend)
+        comparison = compare(store, a, b)
+        (change,) = comparison.changes
+        assert change.verdict == "same" and change.floor_from.startswith("not a speed")
+        assert "on the CPU" in change.floor_from and not regressions(comparison, 0.03)
+    a, b = two_runs(store, {"real": (steady_b, steady_a)}, device="cuda", backend="triton")
+    (change,) = compare(store, a, b).changes  # on a GPU the same kernel's time is a speed
+    assert change.verdict == "slower"
+    a, b = two_runs(store, {"eager": (steady_b, steady_a)}, device="cpu", backend="eager")
+    assert compare(store, a, b).changes[0].verdict == "slower"  # eager PyTorch on the CPU is real CPU work
 
 
 def test_the_gate_judges_impls_not_baselines_unless_asked_and_counts_lost_cases(store: Store):

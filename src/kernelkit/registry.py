@@ -21,6 +21,11 @@ BUILTIN: dict[str, str] = {
     "numba": "kernelkit.backends.numba:NumbaBackend",
 }
 
+# What runs a built-in backend's kernels on the CPU in place of a GPU, where something does: a stand-in whose
+# timings teach the method and say nothing of speed (``compare`` never calls them faster or slower). A backend
+# registered at run time says so with its ``cpu_stand_in`` attribute.
+CPU_STAND_INS: dict[str, str] = {"triton": "Triton's interpreter", "numba": "Numba's CUDA simulator"}
+
 _loaded: dict[str, Any] = {}  # Backend instances, by name
 _added: dict[str, Any] = {}  # registered at run time, in registration order
 
@@ -63,3 +68,11 @@ def every_backend() -> list[Any]:
     return [backend(name) for name in names()]
 
 
+
+
+def cpu_stand_in(name: str) -> str:
+    """What runs backend ``name``'s kernels on the CPU in place of a GPU ("Triton's interpreter"), or "" where its
+    CPU timings are real (eager PyTorch, torch.compile) or it does not run there. Imports no backend."""
+    if name in _added:
+        return str(getattr(_added[name], "cpu_stand_in", "") or "")
+    return CPU_STAND_INS.get(name, "")

@@ -42,6 +42,7 @@ class Backend:
     name: str = ""
     description: str = ""
     packages: Mapping[str, str] = {}  # fingerprint key -> distribution name, e.g. {"triton": "triton"}
+    cpu_stand_in: str = ""  # what runs its kernels on the CPU in place of a GPU (registry.CPU_STAND_INS), if any
     # Why ``kernelkit asm`` cannot show this backend's kernels ({impl}: the impl's name); see ``asm``.
     no_asm = ("impl {impl!r} runs PyTorch's own kernels (backend {backend}): asm shows the Triton and CUDA C++ "
               "kernels an impl launches; for torch.compile's code see kernelkit codegen")

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from kernelkit import registry
 from kernelkit.backends.base import Backend
 from kernelkit.errors import BackendUnavailable, LaunchError
 
@@ -23,6 +24,7 @@ class NumbaBackend(Backend):
 
     name = "numba"
     description = "Numba @cuda.jit kernels (the CUDA simulator on the CPU)"
+    cpu_stand_in = registry.CPU_STAND_INS["numba"]
     packages = {"numba": "numba", "numba_cuda": "numba-cuda"}
     no_asm = ("kernelkit asm does not support Numba impls yet ({impl!r}): Numba builds PTX for a GPU it can see, "
               "and its CPU simulator has none; on a GPU, use the kernel's inspect_asm()")

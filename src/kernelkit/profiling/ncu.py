@@ -237,7 +237,8 @@ def run_ncu(target: str, impl: str, *, op_name: str | None = None, size: Size | 
 def read_report(ncu: str | Path, report: str | Path, timeout: float = 600.0,
                 output: str = "") -> tuple[list[NcuKernel], str]:
     """The kernels of ``report`` and the reader that read them: NVIDIA's ncu_report from the install of ``ncu``
-    where it imports and reads the report, in a child interpreter ('ncu_report'), else ncu's CSV pages ('csv (why not ncu_report)')."""
+    where it imports and reads the report, in a child interpreter ('ncu_report'), else ncu's CSV pages
+    ('csv (why not ncu_report)')."""
     try:
         return ncu_rep.read_isolated(ncu, report, min(timeout, 120.0)), READER_NCU_REPORT
     except ncu_rep.ReportReadError as exc:

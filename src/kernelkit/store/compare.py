@@ -17,6 +17,7 @@ from typing import Any
 
 from kernelkit.measure.measurement import BenchResult
 from kernelkit.measure.stats import Ratio, speedup
+from kernelkit.registry import cpu_stand_in
 from kernelkit.store.db import RunInfo, Store
 
 # The noise floor when no run measured one: back-to-back runs of unchanged code differ by up to ~1-2% on a GPU
@@ -36,6 +37,8 @@ SPREAD_FACTOR = 3.0
 # its cases are "same", with the reason, whatever their medians (its bootstrap interval is a point).
 MIN_VERDICT_SAMPLES = 10
 TOO_FEW = "too few samples to tell"
+NOT_SPEED = "not a speed"  # a kernel timed in a CPU stand-in (Triton's interpreter, Numba's simulator)
+NO_VERDICT = (TOO_FEW, NOT_SPEED)  # "same" for these reasons, never a regression
 
 
 @dataclass(frozen=True)
@@ -139,12 +142,11 @@ def judge(ratio: Ratio, floor: float) -> str:
 
 def regressions(result: RunComparison, threshold: float, baselines: bool = False) -> list[CaseChange]:
     """The regression gate: the cases of B slower than A by more than ``threshold`` (0.03: 3%) and beyond the
-    interval, whatever the noise floor (but not on too few samples to tell); a case that broke (passed in A, failed
-    in B) or that B lost (passed in A, missing from B) counts too. The baselines (eager, torch.compile) are the
-    yardstick, not the code under test:
-    judged only when ``baselines``."""
+    interval, whatever the noise floor (but not on too few samples to tell, nor a CPU stand-in's time); a case
+    that broke (passed in A, failed in B) or that B lost (passed in A, missing from B) counts too. The baselines
+    (eager, torch.compile) are the yardstick, not the code under test: judged only when ``baselines``."""
     changes = [c for c in result.changes if baselines or c.role != "baseline"]
-    slow = [c for c in changes if c.ratio is not None and not c.floor_from.startswith(TOO_FEW)
+    slow = [c for c in changes if c.ratio is not None and not c.floor_from.startswith(NO_VERDICT)
             and judge(c.ratio, threshold) == "slower"]
     broken = [c for c in changes if c.ratio is None and c.status_a == "PASSED" and c.status_b not in ("PASSED",
                                                                                                      "SKIPPED")]
@@ -193,6 +195,10 @@ def _case_change(a: BenchResult, b: BenchResult, min_effect: float | None) -> Ca
                else f"{side} (no samples)" for side, r in (("A", a), ("B", b)) if not _samples(r)]
     if untimed:
         return _row(a, a, b, note=f"not timed in {' and '.join(untimed)}")
+    stand_in = cpu_stand_in(a.backend) if a.device == "cpu" else ""
+    if stand_in:  # an interpreter's or simulator's time depends on the machine's load, not on the kernel
+        return _row(a, a, b, ratio=speedup(_samples(a), _samples(b)), verdict="same",
+                    floor_from=f"{NOT_SPEED}: {stand_in} on the CPU")
     floor, floor_from = floor_for(a, b, min_effect)
     few = [len(_samples(r)) for r in (a, b)]
     if min(few) < MIN_VERDICT_SAMPLES:  # no verdict can stand on so few samples: "same", and why

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from kernelkit import registry
 from kernelkit.backends.base import AsmKernels, Backend
 from kernelkit.backends.triton.autotune import autotune_details, autotune_state
 from kernelkit.errors import BackendUnavailable
@@ -23,6 +24,7 @@ class TritonBackend(Backend):
 
     name = "triton"
     description = "Triton kernels (the interpreter on the CPU)"
+    cpu_stand_in = registry.CPU_STAND_INS["triton"]
     packages = {"triton": "triton"}
 
     def prepare_process(self, device: str) -> None:
