@@ -216,7 +216,8 @@ class Standalone:
         return self._global(source, alias.name)
 
     def _value(self, mod: Module, name: str, value: Any) -> str | _Alias | None:
-        """A closure cell's value: a function, a lambda, a module, or something written as a literal."""
+        """A closure cell's value: a function, a lambda, a module, something written as a literal, or an object
+        that a module-level name of the closure's module holds (a class, a table of configs)."""
         if isinstance(value, types.FunctionType):
             return self._function(value, name)
         if isinstance(value, types.ModuleType):
@@ -226,6 +227,9 @@ class Standalone:
             return special
         text = literal(value)
         if text is None:
+            held = [g for g, v in vars(mod.module).items() if v is value and g in mod.bindings]
+            if held:
+                return self._global(mod, held[0])
             raise NotStandalone(f"{name} (a {type(value).__name__} captured from {mod.name}) cannot be written as "
                                 "source")
         key = ("cell", id(value), text)
