@@ -117,6 +117,38 @@ def attention_online_kernel(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr,
 
 
 @triton.jit
+def _query_block(CAUSAL: tl.constexpr):
+    # The query block of this program. Causal: the last query blocks see the most keys; started first, they do
+    # not leave a tail at the end.
+    if CAUSAL:
+        pid_m = tl.num_programs(0) - 1 - tl.program_id(0)
+    else:
+        pid_m = tl.program_id(0)
+    return pid_m
+
+
+@triton.jit
+def _softmax_step(s, l_i, m_i, rows, cols, seq, qk_scale, CAUSAL_MASK: tl.constexpr, BOUNDS_MASK: tl.constexpr):
+    # One key block of the online softmax in the log2 domain (qk_scale holds log2(e)), from the raw scores
+    # s = q k^T: the block's probabilities p, the factor alpha that rescales what was summed before, the new
+    # running sum and max. Each probability is one exp2 of one fused multiply-add; masks are compile-time.
+    if CAUSAL_MASK or BOUNDS_MASK:
+        if CAUSAL_MASK:
+            # Rows in range see keys <= row < seq; rows past the end are never stored.
+            keep = rows[:, None] >= cols[None, :]
+        else:
+            keep = cols[None, :] < seq
+        s = tl.where(keep, s * qk_scale, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, 1))
+        p = tl.math.exp2(s - m_new[:, None])
+    else:
+        m_new = tl.maximum(m_i, tl.max(s, 1) * qk_scale)
+        p = tl.math.exp2(s * qk_scale - m_new[:, None])
+    alpha = tl.math.exp2(m_i - m_new)
+    return p, alpha, l_i * alpha + tl.sum(p, 1), m_new
+
+
+@triton.jit
 def _flash_forward_steps(acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_kd, stride_vn, stride_vd,
                          rows, offs_d, start, end, seq, qk_scale,
                          BLOCK_N: tl.constexpr, CAUSAL_MASK: tl.constexpr, BOUNDS_MASK: tl.constexpr):
@@ -133,21 +165,8 @@ def _flash_forward_steps(acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_kd,
             k = tl.load(k_ptrs, mask=cols[:, None] < seq, other=0.0)
         else:
             k = tl.load(k_ptrs)
-        s = tl.dot(q, tl.trans(k))
-        if CAUSAL_MASK or BOUNDS_MASK:
-            if CAUSAL_MASK:
-                # Rows in range see keys <= row < seq; rows past the end are never stored.
-                keep = rows[:, None] >= cols[None, :]
-            else:
-                keep = cols[None, :] < seq
-            s = tl.where(keep, s * qk_scale, float("-inf"))
-            m_new = tl.maximum(m_i, tl.max(s, 1))
-            p = tl.math.exp2(s - m_new[:, None])
-        else:
-            m_new = tl.maximum(m_i, tl.max(s, 1) * qk_scale)
-            p = tl.math.exp2(s * qk_scale - m_new[:, None])
-        alpha = tl.math.exp2(m_i - m_new)
-        l_i = l_i * alpha + tl.sum(p, 1)
+        p, alpha, l_i, m_new = _softmax_step(tl.dot(q, tl.trans(k)), l_i, m_i, rows, cols, seq, qk_scale,
+                                             CAUSAL_MASK, BOUNDS_MASK)
         if BOUNDS_MASK:
             v = tl.load(v_ptrs, mask=cols[:, None] < seq, other=0.0)
         else:
@@ -173,11 +192,7 @@ def attention_flash_kernel(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr,
     # run side by side (the query block is the fastest grid axis), so its K/V are read from L2, not HBM, by all.
     # Reads q once and K/V once per query block; writes o and lse.
     tl.static_assert(BLOCK_M % BLOCK_N == 0)
-    if CAUSAL:
-        # The last query blocks see the most keys: started first, they do not leave a tail at the end.
-        pid_m = tl.num_programs(0) - 1 - tl.program_id(0)
-    else:
-        pid_m = tl.program_id(0)
+    pid_m = _query_block(CAUSAL)
     pid_bh = tl.program_id(1)
     batch = pid_bh // n_heads
     head = pid_bh % n_heads
@@ -193,24 +208,16 @@ def attention_flash_kernel(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr,
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_M], tl.float32)
     acc = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
-    if CAUSAL:
-        # Keys before the tile's first row: every row sees all of them (and they are all < seq).
-        acc, l_i, m_i = _flash_forward_steps(acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_kd, stride_vn,
-                                             stride_vd, rows, offs_d, 0, start_m, seq, qk_scale,
-                                             BLOCK_N, False, False)
-        # The diagonal: the causal mask, and loads stop at the end of the sequence.
-        acc, l_i, m_i = _flash_forward_steps(acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_kd, stride_vn,
-                                             stride_vd, rows, offs_d, start_m, tl.minimum(start_m + BLOCK_M, seq),
-                                             seq, qk_scale, BLOCK_N, True, True)
-    else:
-        n_full = (seq // BLOCK_N) * BLOCK_N
-        acc, l_i, m_i = _flash_forward_steps(acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_kd, stride_vn,
-                                             stride_vd, rows, offs_d, 0, n_full, seq, qk_scale,
-                                             BLOCK_N, False, False)
-        # A partial last block when seq is not a multiple of BLOCK_N.
-        acc, l_i, m_i = _flash_forward_steps(acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_kd, stride_vn,
-                                             stride_vd, rows, offs_d, n_full, seq, seq, qk_scale,
-                                             BLOCK_N, False, True)
+    # Keys [0, mid) take no mask. Causal: every row sees every key before the tile's first row (all < seq).
+    # Otherwise: every whole BLOCK_N step.
+    mid = start_m if CAUSAL else (seq // BLOCK_N) * BLOCK_N
+    acc, l_i, m_i = _flash_forward_steps(acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_kd, stride_vn,
+                                         stride_vd, rows, offs_d, 0, mid, seq, qk_scale, BLOCK_N, False, False)
+    # Then the diagonal under the causal mask, or the partial last block when seq is not a multiple of BLOCK_N;
+    # loads stop at the end of the sequence.
+    end = tl.minimum(start_m + BLOCK_M, seq) if CAUSAL else seq
+    acc, l_i, m_i = _flash_forward_steps(acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_kd, stride_vn,
+                                         stride_vd, rows, offs_d, mid, end, seq, qk_scale, BLOCK_N, CAUSAL, True)
     o = acc / l_i[:, None]
     o_base = o_ptr + batch.to(tl.int64) * stride_ob + head.to(tl.int64) * stride_oh
     tl.store(o_base + rows[:, None] * stride_om + offs_d[None, :] * stride_od, o.to(o_ptr.dtype.element_ty),
@@ -231,20 +238,8 @@ def _flash_tma_steps(acc, l_i, m_i, q, k_desc, v_desc, kv_row, rows, start, end,
         start_n = tl.multiple_of(start_n, BLOCK_N)
         cols = start_n + offs_n
         k = k_desc.load([kv_row + start_n, 0])
-        s = tl.dot(q, tl.trans(k))
-        if CAUSAL_MASK or BOUNDS_MASK:
-            if CAUSAL_MASK:
-                keep = rows[:, None] >= cols[None, :]
-            else:
-                keep = cols[None, :] < seq
-            s = tl.where(keep, s * qk_scale, float("-inf"))
-            m_new = tl.maximum(m_i, tl.max(s, 1))
-            p = tl.math.exp2(s - m_new[:, None])
-        else:
-            m_new = tl.maximum(m_i, tl.max(s, 1) * qk_scale)
-            p = tl.math.exp2(s * qk_scale - m_new[:, None])
-        alpha = tl.math.exp2(m_i - m_new)
-        l_i = l_i * alpha + tl.sum(p, 1)
+        p, alpha, l_i, m_new = _softmax_step(tl.dot(q, tl.trans(k)), l_i, m_i, rows, cols, seq, qk_scale,
+                                             CAUSAL_MASK, BOUNDS_MASK)
         v = v_desc.load([kv_row + start_n, 0])
         acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None])
         m_i = m_new
@@ -261,10 +256,7 @@ def attention_flash_tma_kernel(q_desc, k_desc, v_desc, o_ptr, lse_ptr, n_heads, 
     # B·H·S and B·H_kv·S rows, each program reading its head's rows through a descriptor. o and lse are stored
     # through pointers, masked at the end of the sequence (a descriptor store would spill into the next head).
     tl.static_assert(BLOCK_M % BLOCK_N == 0)
-    if CAUSAL:
-        pid_m = tl.num_programs(0) - 1 - tl.program_id(0)
-    else:
-        pid_m = tl.program_id(0)
+    pid_m = _query_block(CAUSAL)
     pid_bh = tl.program_id(1)
     kv_head = (pid_bh % n_heads) // (n_heads // n_kv_heads)
     kv_row = ((pid_bh // n_heads) * n_kv_heads + kv_head) * seq
@@ -275,18 +267,13 @@ def attention_flash_tma_kernel(q_desc, k_desc, v_desc, o_ptr, lse_ptr, n_heads, 
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_M], tl.float32)
     acc = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
-    if CAUSAL:
-        acc, l_i, m_i = _flash_tma_steps(acc, l_i, m_i, q, k_desc, v_desc, kv_row, rows, 0, start_m, seq, qk_scale,
-                                         BLOCK_N, False, False)
-        acc, l_i, m_i = _flash_tma_steps(acc, l_i, m_i, q, k_desc, v_desc, kv_row, rows, start_m,
-                                         tl.minimum(start_m + BLOCK_M, seq), seq, qk_scale,
-                                         BLOCK_N, True, False)
-    else:
-        n_full = (seq // BLOCK_N) * BLOCK_N
-        acc, l_i, m_i = _flash_tma_steps(acc, l_i, m_i, q, k_desc, v_desc, kv_row, rows, 0, n_full, seq, qk_scale,
-                                         BLOCK_N, False, False)
-        acc, l_i, m_i = _flash_tma_steps(acc, l_i, m_i, q, k_desc, v_desc, kv_row, rows, n_full, seq, seq,
-                                         qk_scale, BLOCK_N, False, True)
+    mid = start_m if CAUSAL else (seq // BLOCK_N) * BLOCK_N  # as in attention_flash_kernel
+    acc, l_i, m_i = _flash_tma_steps(acc, l_i, m_i, q, k_desc, v_desc, kv_row, rows, 0, mid, seq, qk_scale,
+                                     BLOCK_N, False, False)
+    # Keys past the end of the sequence: masked by the causal mask on the diagonal (row < seq), else by the bounds.
+    end = tl.minimum(start_m + BLOCK_M, seq) if CAUSAL else seq
+    acc, l_i, m_i = _flash_tma_steps(acc, l_i, m_i, q, k_desc, v_desc, kv_row, rows, mid, end, seq, qk_scale,
+                                     BLOCK_N, CAUSAL, not CAUSAL)
     o = acc / l_i[:, None]
     offsets = pid_bh.to(tl.int64) * seq * HEAD_DIM + rows[:, None] * HEAD_DIM + offs_d[None, :]
     tl.store(o_ptr + offsets, o.to(o_ptr.dtype.element_ty), mask=rows[:, None] < seq)
