@@ -191,3 +191,20 @@ def test_baselines_can_leave_compile_out_and_a_built_compile_says_what_it_cost()
                         role="baseline", details={"compile_seconds": 8.14})
     [line] = built_lines([built])
     assert "built its baseline in 8.1 s over 1 case" in line and "--no-compile" in line
+
+
+def test_a_timing_worker_that_never_computed_the_cost_settles_the_matmul_rate(monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", True)
+
+    @kk.op(sizes=[(2, 3, 16, 16)], dtypes=[torch.float32])
+    def conv(x: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.conv2d(x, x[:4])
+
+    @kk.op(sizes=[(8, 8)], dtypes=[torch.float32], compute_dtype="tf32")
+    def mm(a: torch.Tensor) -> torch.Tensor:
+        return a @ a
+
+    x = torch.randn(2, 3, 16, 16)
+    assert count.settle_kind(count.counted(conv), (x,)) == "tf32"  # cuDNN runs fp32 convolutions on TF32
+    assert count.settle_kind(count.counted(mm), (torch.randn(8, 8),)) == "tf32"  # declared: kept
+    assert count.settle_kind(count.counted(mm), (torch.randn(8, 8, dtype=torch.bfloat16),)) == "tf32"

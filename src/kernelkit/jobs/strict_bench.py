@@ -29,6 +29,7 @@ from kernelkit.jobs.bench import (
 from kernelkit.jobs.strict_worker import SEAL, pack, unpack
 from kernelkit.loading import load
 from kernelkit.measure import timer
+from kernelkit.measure.count import settle_kind
 from kernelkit.measure.measurement import BenchResult
 from kernelkit.measure.timer import Contender, Settings
 from kernelkit.results import Status
@@ -121,7 +122,8 @@ class StrictBenchJob:
     def _execute(self, device: str, on_built: OnBuilt | None, notices: list[str]) -> StrictBenchOutcome:
         op = load(self.source)[self.op]
         sets = [unpack(s, device) for s in self.sets]
-        nbytes, flops, working = self.cost
+        nbytes, flops, working = self.cost  # counted by the judging process: the FLOPs' matmul rate is set here
+        settle_kind(op, sets[0])
         ceilings = device_ceilings(device, notices) if self.settings.calibrate else None
         outcome = StrictBenchOutcome([])
         entries: list[tuple[BenchResult, Contender, _Rotation]] = []

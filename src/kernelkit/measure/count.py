@@ -155,6 +155,15 @@ class CountedFlops:
         return found.flops if found is not None else 0
 
 
+def settle_kind(op: Op, inputs: Sequence[Any]) -> str:
+    """``op``'s compute_dtype for a case on ``inputs``, set as CountedFlops sets it when it counts (a process that
+    times the case without computing its cost, strict mode's timing worker, calls this first); an op that
+    declares its FLOPs or its compute_dtype keeps its own."""
+    if isinstance(op.flops_fn, CountedFlops):
+        op.flops_fn(*inputs)
+    return op.compute_dtype
+
+
 def counted(op: Op) -> Op:
     """``op`` with FLOPs counted from its reference when it declares none (its flops_fn, else CountedFlops)."""
     if op.flops_fn is None:
