@@ -96,10 +96,10 @@ def test_check_a_level_matches_solutions_by_name(in_process_workers: None):
 def test_check_a_gpumode_task_with_its_own_and_a_wrong_submission(in_process_workers: None):
     good = invoke("check", str(GM / "vectoradd_py"))
     assert good.exit_code == 0, good.output
-    assert "vectoradd_py (submission): GPU MODE: pass (3 tests); kernelkit: PASSED" in good.output
+    assert "vectoradd_py (submission): GPU MODE: pass (3 tests, 1 benchmark); kernelkit: PASSED" in good.output
     wrong = invoke("check", str(GM / "vectoradd_py"), "--solution", str(GM / "vectoradd_py" / "submission_wrong.py"))
     assert wrong.exit_code == 1 and "INCORRECT_NUMERICS" in wrong.output
-    assert "GPU MODE: fail (3 of 3 tests" in wrong.output
+    assert "GPU MODE: fail (3 of 3 tests, 1 of 1 benchmark failed" in wrong.output
 
 
 @pytest.mark.parametrize(
@@ -208,7 +208,7 @@ def test_export_round_trip_through_the_cli(in_process_workers: None, tmp_path: P
     assert wrote.exit_code == 0, wrote.output
     checked = invoke("check", str(task))
     assert checked.exit_code == 0, checked.output
-    assert "square_py (submission): GPU MODE: pass (2 tests); kernelkit: PASSED" in checked.output
+    assert "square_py (submission): GPU MODE: pass (2 tests, 2 benchmarks); kernelkit: PASSED" in checked.output
 
     again = invoke("export", "square", "--impl", "eager", "--format", "kernelbench", "-o", str(solution))
     assert again.exit_code == 2 and "exists; pass --force" in again.output

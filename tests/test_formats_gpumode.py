@@ -36,11 +36,13 @@ def task_and_op(name: str, submission: str | Path | None = None, **kwargs) -> tu
     return task, gpumode.task_op(task, **kwargs)
 
 
-def test_a_task_becomes_one_op_with_a_size_per_test_spec():
+def test_a_task_becomes_one_op_with_a_size_per_test_and_benchmark_spec():
     _, op = task_and_op("vectoradd_py")
     assert op.name == "vectoradd_py" and list(op.impls) == ["reference", "submission"]
-    assert op.sizes == op.cpu_sizes == [(7, 4242), (33, 5236), (33, 1001)]  # (size, seed) of each test
+    # (size, seed) of each test, then of each benchmark: GPU MODE's leaderboard mode checks those too
+    assert op.sizes == op.cpu_sizes == [(7, 4242), (33, 5236), (33, 1001), (64, 31232)]
     assert op.bench_sizes == [(64, 31232)]
+    assert op.size_text((7, 4242)) == "size=7 seed=4242"
     assert op.dtypes == [torch.float16]  # read off generate_input
     assert op.tolerance_for(torch.float16) == (1e-3, 1e-3)  # make_match_reference(..., rtol=1e-3, atol=1e-3)
     assert "size = (size, seed)" in op.description
@@ -50,15 +52,15 @@ def test_submission_and_reference_pass_every_test_and_seed_zero_is_the_tasks_own
     task, op = task_and_op("vectoradd_py")
     for size in op.sizes:
         assert [judge(op, impl, size).status for impl in op.impls] == [Status.PASSED, Status.PASSED]
-    a, b, c = op.make_inputs((7, 4242), torch.float16, torch.device("cpu"), 0)
+    a, b, c, layout = op.make_inputs((7, 4242), torch.float16, torch.device("cpu"), 0)  # the data's tensors, its layout
     want = task.reference.generate_input(size=7, seed=4242)
-    assert torch.equal(a, want[0]) and torch.equal(b, want[1]) and c.shape == (7, 7)
+    assert torch.equal(a, want[0]) and torch.equal(b, want[1]) and c.shape == (7, 7) and isinstance(layout, str)
     with pytest.raises(SpecError, match="makes its own dtypes .float16.; it cannot run in float32"):
         op.make_inputs((7, 4242), torch.float32, torch.device("cpu"), 0)
     other = op.make_inputs((7, 4242), torch.float16, torch.device("cpu"), 5)
     mixed = task.reference.generate_input(size=7, seed=gpumode.combine_seed(4242, 5))  # eval.py's _combine
     assert torch.equal(other[0], mixed[0])
-    assert formats.gpumode_verdict(task).describe() == "GPU MODE: pass (3 tests)"
+    assert formats.gpumode_verdict(task).describe() == "GPU MODE: pass (3 tests, 1 benchmark)"
 
 
 def test_a_wrong_submission_fails_both_verdicts():
@@ -66,7 +68,7 @@ def test_a_wrong_submission_fails_both_verdicts():
     result = judge(op, "submission", op.sizes[0])
     verdict = formats.gpumode_verdict(task)
     assert result.status is Status.INCORRECT_NUMERICS
-    assert not verdict.passed and [t.passed for t in verdict.tests] == [False, False, False]
+    assert not verdict.passed and [t.passed for t in verdict.tests] == [False, False, False, False]
     assert "mismatched elements" in verdict.tests[0].message
     side = formats.side_by_side(verdict, result)
     assert side.agree and side.line().startswith("GPU MODE: incorrect; kernelkit: INCORRECT_NUMERICS")
@@ -74,7 +76,7 @@ def test_a_wrong_submission_fails_both_verdicts():
 
 def test_data_that_is_one_tensor_and_the_tasks_tolerance():
     task, op = task_and_op("softmax_py")
-    assert op.sizes == [(1, 129, 11), (17, 64, 12)] and op.dtypes == [torch.float32]
+    assert op.sizes == [(1, 129, 11), (17, 64, 12), (256, 1024, 13)] and op.dtypes == [torch.float32]
     assert op.tolerance_for(torch.float32) == (1e-6, 1e-4)
     for size in op.sizes:
         assert judge(op, "submission", size).status is Status.PASSED
@@ -215,7 +217,7 @@ def test_a_task_that_makes_its_inputs_on_a_gpu_is_skipped_here(tmp_path: Path):
     )
     op = gpumode.task_op(gpumode.load_task(tmp_path))
     result = judge(op, "reference", (4, 1))
-    assert result.status is Status.SKIPPED and "needs a GPU" in result.message
+    assert result.status is Status.SKIPPED and "makes its inputs on a GPU, and this machine has none" in result.message
 
 
 def test_the_verdict_as_a_worker_job():
@@ -228,8 +230,8 @@ def test_the_verdict_as_a_worker_job():
 
 def test_a_task_runs_through_kk_check(fresh_cache: Path):
     report = kk.check(formats.source_file(GM / "softmax_py"), device="cpu", isolate=False)
-    assert [(r.impl, r.status) for r in report.results] == [("reference", Status.PASSED)] * 2 + [
-        ("submission", Status.PASSED)] * 2
+    assert [(r.impl, r.status) for r in report.results] == [("reference", Status.PASSED)] * 3 + [
+        ("submission", Status.PASSED)] * 3
 
 
 def test_an_exported_task_and_submission_load_and_pass(tmp_path: Path, cpu_process: None):
@@ -239,7 +241,7 @@ def test_an_exported_task_and_submission_load_and_pass(tmp_path: Path, cpu_proce
     assert formats.detect(folder) == "gpumode"
     task = gpumode.load_task(folder)
     op = gpumode.task_op(task)
-    assert op.sizes == [(33, 17, 1000), (1, 5, 1001)] and task.submission_path == submission
+    assert op.sizes[:2] == [(33, 17, 1000), (1, 5, 1001)] and task.submission_path == submission
     for size in op.sizes:
         assert judge(op, "submission", size).status is Status.PASSED
     assert formats.gpumode_verdict(task).passed

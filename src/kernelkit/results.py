@@ -127,6 +127,23 @@ class CaseResult:
 
 OnResult = Callable[[CaseResult], None]
 
+SIZE_LABEL = "size_label"  # a result's details key: its size as its op shows it (a GPU MODE spec: size=16 seed=4)
+
+
+def size_text(result: Any) -> str:
+    """How a result's size is shown: its op's own label when it has one (details[SIZE_LABEL]), else 1823x781."""
+    details = getattr(result, "details", None)
+    label = details.get(SIZE_LABEL) if isinstance(details, dict) else None
+    return label if isinstance(label, str) and label else "x".join(map(str, result.size))
+
+
+def case_text(result: Any) -> str:
+    """A result's case as people read it: its case_id, the size shown by ``size_text``."""
+    parts = result.case_id.split("/")
+    if len(parts) >= 3:
+        parts[2] = size_text(result)
+    return "/".join(parts)
+
 
 @dataclass
 class RunReport:

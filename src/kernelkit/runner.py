@@ -86,12 +86,13 @@ class Worker:
         assert self.conn is not None and self.process is not None
         offset = self.log_path.stat().st_size if self.log_path.exists() else 0
         self.conn.send(job)
-        # Two clocks: loading the op and building its kernels, then the job itself (see Job.execute's on_built).
+        # Two clocks: loading the op and building its kernels, then the job itself (see Job.execute's on_built). A
+        # job of several calls (a format's verdict: five trials) says "built" again before each: each gets the limit.
         building = build_timeout()
         reply = self._await(job, building, f" while loading the op and building its kernels (the build limit; set "
                             f"{BUILD_TIMEOUT_ENV}=SECONDS to move it, if the build is only slow)")
-        if reply == _BUILT:
-            limit = limit or getattr(job, "limit", "") or f"the case limit, --timeout {timeout:g}"
+        limit = limit or getattr(job, "limit", "") or f"the case limit, --timeout {timeout:g}"
+        while reply == _BUILT:
             reply = self._await(job, timeout, f" ({limit}; raise it if the case is only slow)")
         if not hasattr(reply, "status"):  # not a result: the worker's protocol is broken, the worker is suspect
             self._discard()

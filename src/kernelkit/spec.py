@@ -26,7 +26,7 @@ import torch
 
 from kernelkit import registry
 from kernelkit.errors import SpecError
-from kernelkit.results import BASELINE_NAMES
+from kernelkit.results import BASELINE_NAMES, SIZE_LABEL
 from kernelkit.values import (  # noqa: F401 - spec's own names for the values, as before they had a module
     DTYPE_NAMES,
     TOLERANCES,
@@ -108,6 +108,12 @@ class Op:
     # "fp8" for fp8 operands with a bfloat16 output dtype, "tf32" for float32 cases run on TF32 tensor cores,
     # "sparse24" for 2:4-sparse matmuls (twice the case dtype's dense rate).
     compute_dtype: str = ""
+    # How a size is shown, when its numbers are not dimensions (a GPU MODE spec: "size=16 seed=4242"); None: 16x4242
+    size_label: Callable[[Size], str] | None = None
+
+    def size_text(self, size: Size) -> str:
+        """A size of this op as people read it: '1823x781', or the op's own ``size_label``."""
+        return self.size_label(tuple(size)) if self.size_label is not None else "x".join(map(str, size))
 
     def set_backward(self, op: Op, saved: Callable[..., tuple[Any, ...]]) -> None:
         """Declare ``op`` as this op's backward: ``kk.torch_op(self, impl)`` then runs ``op``'s impl of the same
@@ -193,6 +199,20 @@ class Op:
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.reference(*args, **kwargs)
+
+
+def size_labeller(ops: Sequence[Op]) -> Callable[[Any], Any]:
+    """A function that writes, into a result of one of ``ops`` whose sizes have a label of their own, that label
+    (details[results.SIZE_LABEL], read by results.size_text) and returns the result; others pass unchanged."""
+    labelled = {op.name: op for op in ops if op.size_label is not None}
+
+    def label(result: Any) -> Any:
+        op = labelled.get(getattr(result, "op", ""))
+        if op is not None and isinstance(getattr(result, "details", None), dict):
+            result.details[SIZE_LABEL] = op.size_text(result.size)
+        return result
+
+    return label
 
 
 def _backend_from_name(name: str) -> str:

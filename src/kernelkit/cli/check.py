@@ -7,6 +7,7 @@ import json
 from typing import TYPE_CHECKING, Annotated
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from kernelkit.cli.common import (
@@ -29,6 +30,7 @@ from kernelkit.cli.common import (
     VerboseOpt,
     err,
     fail,
+    nothing_ran,
     out,
     parse_dtypes,
     parse_sizes,
@@ -112,7 +114,7 @@ def check_command(
     file name) or a GPU MODE task folder (--solution: a submission file) also gets the format's own verdict,
     beside kernelkit's status and why they differ. The exit code follows kernelkit's statuses.
     Exit code: 0 when every case that ran PASSED (with --strict: and none was SKIPPED), 1 otherwise,
-    2 for bad arguments, 130 when interrupted.
+    2 for bad arguments or when nothing could run here (every case SKIPPED), 130 when interrupted.
     """
     from kernelkit import __version__
 
@@ -132,18 +134,31 @@ def check_command(
     pure.enter_context(json_stdout(as_json))
     report = _run_check(target, impl or [], device, sizes, dtypes, seeds, timeout, quiet=as_json, strict=strict,
                         gpus=gpus, ray=ray, solution=solution)
-    rows = _verdicts(target, solution, impl or [], report, timeout) if verdicts and not report.interrupted else []
+    idle = "" if report.interrupted else nothing_ran(report.results)
+    rows, stopped = [], False
+    if verdicts and not report.interrupted and not idle:
+        try:
+            rows = _verdicts(target, solution, impl or [], report, timeout)
+        except KeyboardInterrupt:  # Ctrl-C while the format's own verdicts run: kernelkit's results stand
+            stopped = True
     pure.close()
     if as_json:
         data = check_json(report, __version__)
         if rows:
             data["verdicts"] = [verdict_json(row) for row in rows]
         print(json.dumps(data, indent=2))
-    else:
+    elif not idle:
         print_report(out, report.results, report.device, report.planned, report.interrupted, wide=wide,
                      verbose=verbose)
         for line in verdict_lines(rows):
             out.print(line, highlight=False)
+    if stopped:
+        err.print("interrupted while reaching the format's own verdicts: kernelkit's results above are complete, "
+                  "the format's verdicts were not reached", highlight=False)
+        raise typer.Exit(EXIT_INTERRUPTED)
+    if idle:  # every case was skipped: a machine that cannot run them (a task's inputs made on a GPU, on a CPU)
+        err.print(f"[bold red]error:[/] {escape(idle)}", highlight=False, soft_wrap=True)
+        raise typer.Exit(EXIT_USAGE)
     raise typer.Exit(_exit_code(report, strict))
 
 
@@ -157,7 +172,7 @@ def _verdicts(target: str, solution: str | None, impls: list[str], report: RunRe
         return []
     with progress() as bar:
         bar.add_task(f"the format's own verdict on {len(planned)} problem(s)", total=None)
-        return run_verdicts(planned, report.results, report.device, timeout=max(timeout, 300.0))
+        return run_verdicts(planned, report.results, report.device, timeout=timeout)
 
 
 def _run_check(

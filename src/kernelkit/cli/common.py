@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
@@ -84,6 +85,16 @@ def fail(exc: BaseException, code: int) -> typer.Exit:
     """Print ``exc`` as an error line (no traceback) and return the Exit to raise with ``code``."""
     err.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False)
     return typer.Exit(code)
+
+
+def nothing_ran(results: Sequence[Any], what: str = "ran") -> str:
+    """'' unless every one of ``results`` (some) was SKIPPED; then the one line that says nothing ran, and why."""
+    if not results or any(getattr(r, "status", None) is None or r.status.value != "SKIPPED" for r in results):
+        return ""
+    reasons = list(dict.fromkeys(r.message for r in results))
+    more = f" (and {len(reasons) - 1} other reason{'s' if len(reasons) > 2 else ''}, listed above)" \
+        if len(reasons) > 1 else ""
+    return f"nothing {what}: all {len(results)} case(s) were skipped here: {reasons[0]}{more}"
 
 
 def progress(quiet: bool = False) -> Progress:

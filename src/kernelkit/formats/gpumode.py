@@ -6,13 +6,15 @@ A task directory holds ``task.yml`` (YAML, read with PyYAML's safe_load: its ``f
 ``custom_kernel(data)``. The task's files import each other by plain names (``utils``, ``task``, ``reference``), as
 the ``files`` map lays them out.
 
-The op (one per task): its sizes are the tests' specs, its bench_sizes the benchmarks' specs, each spec's values
-in key order as the size tuple (``(size, seed)``); a bool is 0/1 and any other non-integer value is its index
-in a table the description lists. Inputs: ``generate_input(**spec)`` with the spec's own seed for case seed 0
-(GPU MODE's test exactly), else the spec's seed combined with the case seed as eval.py combines it with its
-secret seed. ``data`` is handed to kernelkit as its items (a tuple of tensors becomes the inputs) and packed back
-for each call. Reference: ``ref_kernel``, always at the dtypes generate_input made (the task's own precision);
-impls ``reference`` and ``submission`` (``custom_kernel``). Tolerance: the atol/rtol the task gives
+The op (one per task): its sizes are the tests' specs followed by the benchmarks' (GPU MODE's leaderboard mode
+checks every benchmark too, so ``kernelkit check`` does), its bench_sizes the benchmarks' specs; each spec's values
+in key order are the size tuple (``(size, seed)``, shown as ``size=16 seed=4242``); a bool is 0/1 and any other
+non-integer value is its index in a table the description lists (task_data.py). Inputs: ``generate_input(**spec)``
+with the spec's own seed for case seed 0 (GPU MODE's test exactly), else the spec's seed combined with the case
+seed as eval.py combines it with its secret seed. ``data`` reaches kernelkit as its tensors plus its layout
+(task_data.spread), so tuples, dicts and output buffers are judged tensor by tensor, and rebuilt for each call in
+whichever process makes it. Reference: ``ref_kernel``, always at the dtypes generate_input made (the task's own
+precision); impls ``reference`` and ``submission`` (``custom_kernel``). Tolerance: the atol/rtol the task gives
 make_match_reference when it uses it; kernelkit's rule otherwise.
 
 GPU MODE hands the kernel its own clone of ``data`` and lets it write there (an output buffer is part of many
@@ -24,8 +26,8 @@ from __future__ import annotations
 
 import inspect
 import re
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -33,9 +35,20 @@ from typing import Any
 import torch
 import yaml
 
-from kernelkit.errors import BackendUnavailable, CompileError, LoadError, SpecError
+from kernelkit.errors import BackendUnavailable, CompileError, InputError, LoadError, SpecError, describe_exception
 from kernelkit.formats._imports import aliased_imports
+from kernelkit.formats.task_data import (
+    SEED_LIMIT,
+    ShapeCodec,
+    clone_data,
+    combine_seed,
+    gather,
+    spread,
+    to_device,
+)
 from kernelkit.spec import DTYPE_NAMES, TOLERANCES, Impl, Op, Size, dtype_name
+
+__all__ = ["ShapeCodec", "Task", "clone_data", "combine_seed", "is_task", "load_task", "read_task_yml", "task_op"]
 
 SUBMISSION_PLACEHOLDER = "@SUBMISSION@"
 HARNESS_FILES = ("eval.py",)  # the task's evaluator: not needed to load the task
@@ -162,116 +175,18 @@ def _task_files(directory: Path, spec: dict[str, Any]) -> dict[str, Path]:
     return files
 
 
-# Specs as sizes -------------------------------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class ShapeCodec:
-    """A task spec (a dict) <-> a kernelkit size (a tuple of non-negative ints), key by key."""
-
-    keys: tuple[str, ...]
-    tables: dict[str, tuple[Any, ...]] = field(default_factory=dict)  # keys whose values are looked up by index
-    bools: frozenset[str] = frozenset()
-
-    @classmethod
-    def of(cls, specs: Sequence[dict[str, Any]]) -> ShapeCodec:
-        keys = tuple(dict.fromkeys(k for spec in specs for k in spec))
-        tables, bools = {}, set()
-        for key in keys:
-            values = [spec.get(key) for spec in specs]
-            if all(isinstance(v, bool) for v in values):
-                bools.add(key)
-            elif not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in values):
-                table: list[Any] = []  # by equality: a value may be a list (a group of shapes)
-                for v in values:
-                    if v not in table:
-                        table.append(v)
-                tables[key] = tuple(table)
-        return cls(keys, tables, frozenset(bools))
-
-    def encode(self, spec: dict[str, Any]) -> Size:
-        size = []
-        for key in self.keys:
-            value = spec.get(key)
-            size.append(self.tables[key].index(value) if key in self.tables else int(value))
-        return tuple(size)
-
-    def decode(self, size: Sequence[int]) -> dict[str, Any]:
-        if len(size) != len(self.keys):
-            raise SpecError(f"a size of this task has {len(self.keys)} numbers ({', '.join(self.keys)}), "
-                            f"got {tuple(size)}")
-        spec: dict[str, Any] = {}
-        for key, value in zip(self.keys, size, strict=True):
-            if key in self.tables:
-                if not 0 <= value < len(self.tables[key]):
-                    raise SpecError(f"{key} = {value} is not an index of its table {self.tables[key]}")
-                if self.tables[key][value] is not None:
-                    spec[key] = self.tables[key][value]
-            else:
-                spec[key] = bool(value) if key in self.bools else int(value)
-        return spec
-
-    def describe(self) -> str:
-        text = f"size = ({', '.join(self.keys)})"
-        for key, table in self.tables.items():
-            text += f"; {key}: " + ", ".join(f"{i}={v!r}" for i, v in enumerate(table))
-        return text
-
-
-def combine_seed(a: int, b: int) -> int:
-    """eval.py's _combine: the test's public seed and a second seed into one (a Cantor pairing)."""
-    return int(a + (a + b) * (a + b + 1) // 2)
-
-
-# The op ---------------------------------------------------------------------------------------------------------
-
-def clone_data(data: Any) -> Any:
-    """A copy of ``data`` with every tensor cloned, through tuples, lists and dicts (as eval.py's _clone_data)."""
-    if isinstance(data, (tuple, list)):
-        return type(data)(clone_data(x) for x in data)
-    if isinstance(data, dict):
-        return {k: clone_data(v) for k, v in data.items()}
-    return data.clone() if isinstance(data, torch.Tensor) else data
-
-
-def _to_device(data: Any, device: torch.device) -> Any:
-    if isinstance(data, (tuple, list)):
-        return type(data)(_to_device(x, device) for x in data)
-    if isinstance(data, dict):
-        return {k: _to_device(v, device) for k, v in data.items()}
-    return data.to(device) if isinstance(data, torch.Tensor) and data.device != device else data
-
-
-class Data:
-    """How ``data`` was spread into kernelkit's inputs, and the dtypes generate_input gave them."""
-
-    def __init__(self) -> None:
-        self.kind: type | None = None  # tuple or list: its items are the inputs; None: data is the one input
-        self.native: list[torch.dtype | None] = []
-
-    def spread(self, data: Any) -> tuple[Any, ...]:
-        self.kind = type(data) if isinstance(data, (tuple, list)) else None
-        items = tuple(data) if self.kind is not None else (data,)
-        self.native = [x.dtype if isinstance(x, torch.Tensor) else None for x in items]
-        return items
-
-    def pack(self, items: Sequence[Any], native: bool = False) -> Any:
-        if native:  # kernelkit's float64 reference request: back to the task's own dtypes
-            items = [x.to(d) if isinstance(x, torch.Tensor) and d is not None and x.dtype != d else x
-                     for x, d in zip(items, self.native, strict=False)]
-        return self.kind(items) if self.kind is not None else items[0]
-
+# The op -----------------------------------------------------------------------------------------------------------
 
 def task_op(task: Task, *, copy_inputs: bool = True) -> Op:
     """The op of a loaded task: reference ``ref_kernel``; impls ``reference`` and (when there is a submission)
-    ``submission``; sizes from the tests, bench_sizes from the benchmarks."""
+    ``submission``; sizes the tests' specs and then the benchmarks' (GPU MODE's leaderboard mode checks every
+    benchmark too), bench_sizes the benchmarks'. Sizes show as their specs (``size=16 seed=4242``)."""
     if not task.tests:
         raise LoadError(f"{task.directory / 'task.yml'} lists no tests")
     codec = ShapeCodec.of(task.tests + task.benchmarks)
-    sizes = list(dict.fromkeys(codec.encode(s) for s in task.tests))
-    bench = list(dict.fromkeys(codec.encode(s) for s in task.benchmarks)) or sizes
-    data = Data()
+    bench = list(dict.fromkeys(codec.encode(s) for s in task.benchmarks))
+    sizes = list(dict.fromkeys([*(codec.encode(s) for s in task.tests), *bench]))
     ref = task.reference
-
     label = dtype_label(ref.generate_input)
 
     def make_inputs(size: Size, dtype: torch.dtype, device: torch.device, seed: int) -> tuple[Any, ...]:
@@ -279,37 +194,65 @@ def task_op(task: Task, *, copy_inputs: bool = True) -> Op:
             raise SpecError(f"{task.name}'s generate_input makes its own dtypes ({dtype_name(label)}); "
                             f"it cannot run in {dtype_name(dtype)}")
         spec = codec.decode(size)
-        if seed and "seed" in spec:
-            spec["seed"] = combine_seed(spec["seed"], seed)
-        try:
-            made = ref.generate_input(**spec)
-        except Exception as exc:
-            if device.type == "cpu" and not torch.cuda.is_available() and re.search(r"cuda|gpu", str(exc), re.I):
-                raise BackendUnavailable(f"{task.name}'s generate_input needs a GPU: {exc}") from None
-            raise
-        return data.spread(_to_device(made, device))
+        return spread(to_device(generate(task, spec, seed, device), device))
 
-    def call(fn: Callable[[Any], Any], native: bool = False) -> Callable[..., Any]:
+    def call(fn: Callable[[Any], Any]) -> Callable[..., Any]:
         def run(*items: Any) -> Any:
-            packed = data.pack(items, native)
-            return fn(clone_data(packed) if copy_inputs else packed)
+            data = gather(items)
+            return fn(clone_data(data) if copy_inputs else data)
 
         run.__name__ = f"{task.name}_{getattr(fn, '__name__', 'kernel')}"
         return run
+
+    def reference(*items: Any) -> Any:
+        """ref_kernel at the task's own dtypes; its failure on the task's own data is the task's (INPUT_ERROR)."""
+        try:
+            return ref.ref_kernel(clone_data(gather(items, native=True)))
+        except Exception as exc:  # noqa: BLE001 - the task's reference rejects the task's own data
+            raise InputError(f"{task.name}: ref_kernel raised on generate_input's data: {describe_exception(exc)}; "
+                             f"the task's reference.py and its generate_input do not fit each other") from exc
 
     found = match_tolerance(ref.check_implementation)
     tolerance = {d: found for d in TOLERANCES} if found else {}
     told = f"atol={found[0]:g}, rtol={found[1]:g} from check_implementation" if found else "kernelkit's rule"
     op = Op(
-        name=task.name, reference=call(ref.ref_kernel, native=True), sizes=sizes, dtypes=[label],
-        cpu_sizes=sizes, make_inputs=make_inputs, bench_sizes=bench, tolerance=tolerance,
-        description=f"GPU MODE task {task.name}: {codec.describe()} from task.yml; dtype is read off "
-                    f"generate_input; tolerance {told}",
+        name=task.name, reference=reference, sizes=sizes, dtypes=[label], cpu_sizes=sizes,
+        make_inputs=make_inputs, bench_sizes=bench or sizes, tolerance=tolerance, size_label=codec.label,
+        description=f"GPU MODE task {task.name}: {codec.describe()} from task.yml (its tests, then its benchmarks); "
+                    f"dtype is read off generate_input; tolerance {told}",
     )
     op.impls["reference"] = Impl("reference", "eager", call(ref.ref_kernel), description="the task's ref_kernel")
     if task.submission_path is not None:
         op.impls["submission"] = _submission_impl(task, call)
     return op
+
+
+def generate(task: Task, spec: dict[str, Any], seed: int, device: torch.device) -> Any:
+    """generate_input(**spec), the spec's seed combined with ``seed`` unless it is 0 (GPU MODE's own test then).
+
+    BackendUnavailable when it needs a GPU this process lacks; InputError, naming the task and the spec, when it
+    raises otherwise (with what a combined seed asks of it, when one was given)."""
+    args = dict(spec)
+    combined = bool(seed) and "seed" in args
+    if combined:
+        args["seed"] = combine_seed(args["seed"], seed)
+        if args["seed"] >= SEED_LIMIT:
+            raise InputError(f"{task.name}: spec {spec} has a seed too large to combine with a second one below "
+                             f"2**63 (eval.py's _combine); give task.yml seeds below 2**31")
+    try:
+        return task.reference.generate_input(**args)
+    except Exception as exc:  # noqa: BLE001 - the task's input factory failed
+        if device.type == "cpu" and not torch.cuda.is_available() and re.search(r"cuda|gpu|nvidia", str(exc), re.I):
+            said = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            said = said if len(said) <= 100 else said[:97] + "..."
+            raise BackendUnavailable(f"{task.name}'s generate_input makes its inputs on a GPU, and this machine "
+                                     f"has none ({said}); run it on a machine with a CUDA GPU") from None
+        told = f"generate_input({', '.join(f'{k}={v!r}' for k, v in args.items())}) raised {describe_exception(exc)}"
+        hint = (f"; its seed is the spec's {spec['seed']} combined with the case's seed as eval.py combines a "
+                f"leaderboard run's secret POPCORN_SEED (a Cantor pairing, below 2**63): generate_input must take "
+                f"such seeds (torch.Generator.manual_seed does; numpy.random.seed needs seed % 2**32)"
+                if combined else "; the task's reference.py fails on its own spec")
+        raise InputError(f"{task.name}: {told}{hint}") from exc
 
 
 def _submission_impl(task: Task, call: Callable[..., Callable[..., Any]]) -> Impl:

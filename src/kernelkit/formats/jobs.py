@@ -55,14 +55,21 @@ class VerdictJob:
     tolerance: float | None = None
 
     def execute(self, device: str, on_built: Callable[[], None] | None = None) -> VerdictOutcome:
-        if on_built is not None:
-            on_built()
+        """The verdict; ``on_built`` is called once the problem is loaded and again before each trial or spec: in a
+        worker each call starts the case limit afresh (runner.Worker), so each call of the problem's code gets the
+        whole --timeout."""
         try:
             if self.kind == "gpumode":
-                return VerdictOutcome(Status.PASSED, gpumode_verdict(gpumode.load_task(self.target, self.solution)))
+                task = gpumode.load_task(self.target, self.solution)
+                if on_built is not None:
+                    on_built()
+                return VerdictOutcome(Status.PASSED, gpumode_verdict(task, on_call=on_built))
             problem = kernelbench.load_problem(self.target)
+            if on_built is not None:
+                on_built()
             verdict = kernelbench_verdict(problem, self.solution or problem.model, device=device,
-                                          precision=parse_dtype(self.precision), tolerance=self.tolerance)
+                                          precision=parse_dtype(self.precision), tolerance=self.tolerance,
+                                          on_call=on_built)
             return VerdictOutcome(Status.PASSED, verdict)
         except Exception as exc:  # noqa: BLE001 - the job's failure is its outcome
             return VerdictOutcome(Status.RUNTIME_ERROR, message=describe_exception(exc))

@@ -3,15 +3,19 @@
 kernelbench_verdict follows KernelBench's eval_kernel_against_ref and run_and_check_correctness (commit 423217d):
 init inputs and both models from seed 42, five trials whose seeds are drawn from seed 42, every input tensor
 (integers too) cast to the precision and moved to the device, ``torch.allclose(atol=rtol=tolerance)`` per trial.
-gpumode_verdict follows eval.py's test mode: set_seed(42); per test spec ``data = generate_input(**spec)``,
+gpumode_verdict follows eval.py's test mode over the tests, then the check its leaderboard mode makes of every
+benchmark before timing it: set_seed(42); per spec ``data = generate_input(**spec)``,
 ``output = custom_kernel(clone(data))``, ``check_implementation(data, output)``. Where eval.py would abort the
-whole run on an exception, the test here fails with the exception's message and the others still run.
+whole run on an exception, the spec here fails with the exception's message and the others still run.
+
+Both take ``on_call``, called before each trial or spec: in a worker it restarts the job's clock (runner.Worker),
+so every call of the problem's code gets the whole --timeout, and a hang in one ends the verdict there.
 """
 
 from __future__ import annotations
 
 import random
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,7 +26,7 @@ import torch
 
 from kernelkit import wire
 from kernelkit.errors import LoadError, describe_exception
-from kernelkit.formats import gpumode, kernelbench
+from kernelkit.formats import gpumode, kernelbench, task_data
 from kernelkit.results import Status
 
 
@@ -60,8 +64,10 @@ def kernelbench_verdict(
     trials: int = kernelbench.KERNELBENCH_TRIALS,
     seed: int = kernelbench.KERNELBENCH_SEED,
     tolerance: float | None = None,
+    on_call: Callable[[], None] | None = None,
 ) -> KernelBenchVerdict:
-    """KernelBench's correctness verdict of ``solution`` (a ModelNew class or a solution file) on ``problem``."""
+    """KernelBench's correctness verdict of ``solution`` (a ModelNew class or a solution file) on ``problem``;
+    ``on_call`` is called before each trial."""
     if not isinstance(problem, kernelbench.Problem):
         problem = kernelbench.load_problem(problem)
     tol = tolerance if tolerance is not None else kernelbench.KERNELBENCH_TOLERANCE[precision]
@@ -89,19 +95,21 @@ def kernelbench_verdict(
             return KernelBenchVerdict(True, False, trials=trials, tolerance=tol,
                                       message=f"runtime error building ModelNew: {describe_exception(exc)}")
         try:
-            return _trials(problem, original, custom, process, dev, trials, seed, tol)
+            return _trials(problem, original, custom, process, dev, trials, seed, tol, on_call)
         except Exception as exc:  # noqa: BLE001 - KernelBench records any failure here as a runtime error
             return KernelBenchVerdict(True, False, trials=trials, tolerance=tol,
                                       message=f"runtime error: {describe_exception(exc)}")
 
 
 def _trials(problem: kernelbench.Problem, original: Any, custom: Any, process: Any, dev: torch.device,
-            trials: int, seed: int, tol: float) -> KernelBenchVerdict:
+            trials: int, seed: int, tol: float, on_call: Callable[[], None] | None) -> KernelBenchVerdict:
     torch.manual_seed(seed)
     trial_seeds = [int(torch.randint(0, 2**32 - 1, (1,)).item()) for _ in range(trials)]
     passed, diffs, message = 0, [], ""
     with torch.no_grad():
         for trial_seed in trial_seeds:
+            if on_call is not None:
+                on_call()
             torch.manual_seed(trial_seed)
             inputs = [process(x) for x in problem.get_inputs()]
             torch.manual_seed(trial_seed)
@@ -126,12 +134,13 @@ class GpuModeTest:
     spec: dict[str, Any]
     passed: bool
     message: str = ""
+    benchmark: bool = False  # a benchmarks spec, checked as the leaderboard checks it before timing
 
 
 @wire.register
 @dataclass(frozen=True)
 class GpuModeVerdict:
-    """GPU MODE's test verdict: every test spec passed check_implementation."""
+    """GPU MODE's verdict: every test spec, and every benchmark spec, passed check_implementation."""
 
     passed: bool
     tests: tuple[GpuModeTest, ...] = ()
@@ -145,16 +154,25 @@ class GpuModeVerdict:
         if not self.tests:
             return f"GPU MODE: fail ({self.message})"
         failed = [t for t in self.tests if not t.passed]
+        counts = []
+        for benchmark, what in ((False, "test"), (True, "benchmark")):
+            ran = [t for t in self.tests if t.benchmark is benchmark]
+            bad = sum(not t.passed for t in ran)
+            if ran:
+                counts.append(f"{f'{bad} of ' if failed else ''}{len(ran)} {what}{'' if len(ran) == 1 else 's'}")
         if not failed:
-            return f"GPU MODE: pass ({len(self.tests)} tests)"
+            return f"GPU MODE: pass ({', '.join(counts)})"
         first = failed[0]
-        return f"GPU MODE: fail ({len(failed)} of {len(self.tests)} tests; {first.spec}: {first.message})"
+        which = "benchmark" if first.benchmark else "test"
+        return f"GPU MODE: fail ({', '.join(counts)} failed; {which} {first.spec}: {first.message})"
 
 
 def gpumode_verdict(
-    task: gpumode.Task, specs: Sequence[dict[str, Any]] | None = None, *, secret_seed: int | None = None
+    task: gpumode.Task, specs: Sequence[dict[str, Any]] | None = None, *, secret_seed: int | None = None,
+    on_call: Callable[[], None] | None = None,
 ) -> GpuModeVerdict:
-    """check_implementation's verdict on the task's submission for each spec (default: the task's tests).
+    """check_implementation's verdict on the task's submission for each spec (default: the task's tests, then its
+    benchmarks, as its leaderboard mode checks them); ``on_call`` is called before each spec.
 
     secret_seed: eval.py's POPCORN_SEED: combined into every spec's seed, and the global seed instead of 42.
     """
@@ -167,7 +185,11 @@ def gpumode_verdict(
         random.seed(seed)
         numpy.random.seed(seed)
         torch.manual_seed(seed)
-        for spec in specs if specs is not None else task.tests:
+        chosen = [(s, False) for s in specs] if specs is not None else [
+            *((s, False) for s in task.tests), *((s, True) for s in task.benchmarks)]
+        for spec, benchmark in chosen:
+            if on_call is not None:
+                on_call()
             args = dict(spec)
             if secret_seed is not None and "seed" in args:
                 args["seed"] = gpumode.combine_seed(args["seed"], secret_seed)
@@ -178,7 +200,7 @@ def gpumode_verdict(
                 good, message = ref.check_implementation(data, output)
             except Exception as exc:  # noqa: BLE001 - the test fails with the exception's message
                 good, message = False, describe_exception(exc)
-            results.append(GpuModeTest(dict(spec), bool(good), str(message)))
+            results.append(GpuModeTest(dict(spec), bool(good), str(message), benchmark))
     return GpuModeVerdict(all(t.passed for t in results), tuple(results))
 
 
@@ -201,8 +223,8 @@ def _sync(device: torch.device) -> None:
 
 
 def _sync_data(data: Any) -> None:
-    tensors = data if isinstance(data, (tuple, list)) else [data]
-    if any(isinstance(t, torch.Tensor) and t.is_cuda for t in tensors):
+    tensors = [x for x in task_data.spread(data)[:-1] if isinstance(x, torch.Tensor)]  # through tuples and dicts
+    if any(t.is_cuda for t in tensors):
         torch.cuda.synchronize()
 
 

@@ -38,7 +38,8 @@ class Job(Protocol):
     """Work for a worker process."""
 
     def execute(self, device: str, on_built: OnBuilt | None = None) -> JobResult:
-        """Run here on ``device``; call ``on_built`` once what must be built is (the case's own clock starts)."""
+        """Run here on ``device``; call ``on_built`` once what must be built is (the case's own clock starts), and
+        again before each further call of a job that makes several (each then gets the whole limit)."""
         ...
 
     def failed(self, device: str, status: Status, message: str, log: str = "") -> JobResult:

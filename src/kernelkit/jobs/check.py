@@ -237,6 +237,8 @@ def _make_reference(op: Op, size: tuple[int, ...], dtype: torch.dtype, device: s
         inputs = tuple(op.make_inputs(size, dtype, torch.device(device), seed))
     except BackendUnavailable:
         raise  # the inputs need a device this process lacks (a GPU MODE task on the CPU): SKIPPED, not the op's error
+    except InputError:
+        raise  # the op's own account of why (a GPU MODE task names its spec and seed)
     except Exception as exc:  # noqa: BLE001 - the op's input factory failed: reported as the op's error
         raise InputError(f"op {op.name!r}: making its inputs for size {shown} failed: {describe_exception(exc)}; "
                          f"fix its shapes= or inputs=") from exc
@@ -246,6 +248,8 @@ def _make_reference(op: Op, size: tuple[int, ...], dtype: torch.dtype, device: s
         except (RuntimeError, TypeError):
             refs = verify.as_outputs(op.reference(*[verify.to_reference_precision(x, torch.float32) for x in inputs]))
         los = verify.as_outputs(op.reference(*verify.clone_inputs(inputs)))
+    except InputError:
+        raise
     except Exception as exc:  # noqa: BLE001 - the reference rejects the op's own inputs: not the impl's fault
         given = ", ".join("x".join(map(str, x.shape)) if isinstance(x, torch.Tensor) else type(x).__name__
                           for x in inputs)

@@ -10,7 +10,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from kernelkit.results import CaseResult, Status
+from kernelkit.results import CaseResult, Status, case_text, size_text
 
 if TYPE_CHECKING:
     from kernelkit.results import RunReport
@@ -46,7 +46,7 @@ def results_table(results: Sequence[CaseResult], title: str = "", *, wide: bool 
         err = "" if r.max_abs_err is None else f"{r.max_abs_err:.2e}"
         note = build_note(r.details) if r.status is Status.PASSED else _first_line(r.message)
         table.add_row(
-            r.op, r.impl, *([r.backend] if wide else []), "x".join(map(str, r.size)),
+            r.op, r.impl, *([r.backend] if wide else []), size_text(r),
             r.dtype if wide else SHORT_DTYPES.get(r.dtype, r.dtype),
             *([str(r.seed)] if show_seed else []), status_text(r.status) if wide else stacked_status_text(r.status),
             err, f"{r.seconds:.2f}s",
@@ -81,13 +81,13 @@ def print_report(console: Console, results: Sequence[CaseResult], device: str, p
     details of every case that failed, the skip reasons grouped, and a summary line."""
     if results:
         console.print(results_table(results, title, wide=wide))
-    notes = [] if wide else [(r.case_id, note) for r in results
+    notes = [] if wide else [(case_text(r), note) for r in results
                              if r.status is Status.PASSED and (note := build_note(r.details))]
     for case, note in notes:
         console.print(f"[dim]note {escape(case)}: {escape(note)}[/]", highlight=False)
     failed = [r for r in results if r.status.failed]
     for r in failed:
-        console.print(f"\n{status_text(r.status)} [bold]{escape(r.case_id)}[/]")
+        console.print(f"\n{status_text(r.status)} [bold]{escape(case_text(r))}[/]")
         console.print(escape(r.message), highlight=False)
         if r.log.strip():
             console.print("[dim]worker output:[/]")
@@ -113,7 +113,7 @@ def worker_warning_lines(results: Sequence[Any], verbose: bool = False) -> list[
     cases: dict[str, list[str]] = {}
     for r in results:
         for warning in getattr(r, "warnings", []):
-            cases.setdefault(warning, []).append(r.case_id)
+            cases.setdefault(warning, []).append(case_text(r))
     lines, library = [], []
     for warning, where in cases.items():
         if warning.startswith(LIBRARY_MARK) and not verbose:

@@ -24,7 +24,7 @@ from kernelkit.jobs.check import CheckJob
 from kernelkit.results import OnResult, RunReport
 from kernelkit.runner import DEFAULT_TIMEOUT, OnPhase, Worker
 from kernelkit.runs import early
-from kernelkit.spec import Case, Size
+from kernelkit.spec import Case, Size, size_labeller
 from kernelkit.target import open_target
 
 if TYPE_CHECKING:
@@ -73,15 +73,22 @@ def check(
         seal_builtin_ops()  # before the target's file is imported: it may change a built-in op
     if strict and (gpus is not None or ray is not None):
         raise SpecError("strict mode judges on one worker: drop gpus=/ray= (--gpus/--ray), or leave strict off")
-    dev, cases = plan(target, impls=impls, device=device, sizes=sizes, dtypes=dtypes, seeds=seeds, solution=solution)
+    opened = open_target(target, device, solution)
+    dev, cases = opened.device, opened.cases(impls, sizes, dtypes, seeds)
     if on_plan is not None:
         on_plan(len(cases))
+    label = size_labeller(opened.ops)  # a GPU MODE task's sizes show as its specs: size=16 seed=4242
+    told = (lambda result: on_result(label(result))) if on_result is not None else label
     if gpus is not None or ray is not None:
         from kernelkit.scale import check_spread
 
-        return check_spread(cases, dev, gpus=gpus, ray=ray, timeout=timeout, on_result=on_result)
-    return run_cases(cases, dev, timeout=timeout, isolate=isolate, on_result=on_result, strict=strict,
-                     on_phase=on_phase)
+        report = check_spread(cases, dev, gpus=gpus, ray=ray, timeout=timeout, on_result=told)
+    else:
+        report = run_cases(cases, dev, timeout=timeout, isolate=isolate, on_result=told, strict=strict,
+                           on_phase=on_phase)
+    for result in report.results:
+        label(result)
+    return report
 
 
 def run_cases(

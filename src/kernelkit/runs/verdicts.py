@@ -39,24 +39,34 @@ def run_verdicts(
     """Each planned verdict, reached in worker processes (``workers`` of them; default parallel_workers; in this
     process with ``isolate=False``), beside kernelkit's result for the same op and impl (``results``: CaseResults
     or BenchResults; the first of them that did not pass stands for the impl, else its first). Rows in plan
-    order."""
-    outcomes: list[VerdictOutcome | None] = [None] * len(planned)
+    order. ``timeout``: for each call of the problem's code a verdict makes (a trial, a spec); an impl whose own
+    check by kernelkit ran past its limit is not run again."""
+    standings = [_standing(plan, results) for plan in planned]
+    outcomes: list[VerdictOutcome | None] = [
+        VerdictOutcome(Status.TIMEOUT, message=f"not run: kernelkit's own check of {plan.impl} ran past its limit")
+        if standing is not None and standing.status is Status.TIMEOUT else None
+        for plan, standing in zip(planned, standings, strict=True)]
+    left = [i for i, outcome in enumerate(outcomes) if outcome is None]
     if not isolate:
-        for i, plan in enumerate(planned):
-            outcomes[i] = plan.job.execute(device)
+        for i in left:
+            outcomes[i] = planned[i].job.execute(device)
     else:
-        count = workers if workers is not None else parallel_workers(len(planned), device)
-        _reach(planned, list(range(len(planned))), outcomes, device, timeout, count)
+        count = workers if workers is not None else parallel_workers(len(left), device)
+        _reach(planned, left, outcomes, device, timeout, count)
         again = [i for i, o in enumerate(outcomes) if o is not None and _out_of_memory(o) and count > 1]
         _reach(planned, again, outcomes, device, timeout, 1)  # alone: the memory the others held is free
     rows = []
-    for plan, outcome in zip(planned, outcomes, strict=True):
+    for plan, outcome, standing in zip(planned, outcomes, standings, strict=True):
         assert outcome is not None
-        mine = [r for r in results if (getattr(r, "op", ""), getattr(r, "impl", "")) == (plan.op, plan.impl)]
-        standing = next((r for r in mine if r.status is not Status.PASSED), mine[0] if mine else None)
         side = side_by_side(outcome.verdict, standing) if outcome.verdict is not None and standing else None
         rows.append(VerdictRow(plan.op, plan.impl, outcome, side))
     return rows
+
+
+def _standing(plan: PlannedVerdict, results: Sequence[Judged]) -> Judged | None:
+    """kernelkit's result that stands for the planned impl: its first that did not pass, else its first."""
+    mine = [r for r in results if (getattr(r, "op", ""), getattr(r, "impl", "")) == (plan.op, plan.impl)]
+    return next((r for r in mine if r.status is not Status.PASSED), mine[0] if mine else None)
 
 
 def _reach(planned: Sequence[PlannedVerdict], which: list[int], outcomes: list[VerdictOutcome | None], device: str,
