@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pytest
 import torch
-from test_formats_cli import InProcessWorker
 
 import kernelkit as kk
 from kernelkit import formats, runner
@@ -20,6 +19,7 @@ from kernelkit.report.roofline import binding
 from kernelkit.results import Status
 from kernelkit.runs.bench import plan_groups
 from kernelkit.verify import as_outputs
+from test_formats_cli import InProcessWorker
 
 M, K, N = 96, 160, 128  # no two alike: the count must be 2*M*N*K, not a square's 2*n^3
 
@@ -87,6 +87,15 @@ def test_a_matmul_problem_counts_2mnk_flops_on_meta_and_compares_them_with_fp32(
     assert op.compute_dtype == "fp32"  # TF32 matmuls are off by default: the fp32 rate
     found = count.count(op.reference, op.make_inputs(op.sizes[0], torch.float32, torch.device("cpu"), 0))
     assert (found.flops, found.where) == (2 * M * N * K, "meta")  # no data touched, no weights made
+
+
+def test_a_model_with_weights_is_built_on_meta_for_the_count_and_its_own_weights_stay(tmp_path: Path):
+    [op] = formats.load_ops(KB / "linear.py")  # nn.Linear(64, 48) on 8 rows
+    x = op.make_inputs(op.sizes[0], torch.float32, torch.device("cpu"), 0)
+    before = op.reference(*x)
+    found = count.count(op.reference, x)
+    assert (found.flops, found.where) == (2 * 8 * 64 * 48, "meta")
+    assert torch.equal(op.reference(*x), before)  # the CPU model is the one it was: the meta one is its own
 
 
 def test_a_reference_that_reads_its_data_is_counted_on_the_inputs_themselves():
@@ -164,8 +173,8 @@ def test_fp32_convolutions_compare_with_tf32_where_cudnn_runs_them_on_tensor_cor
     assert count.compute_kind(torch.bfloat16, conv) == "bf16" and count.compute_kind(None, mm) == ""
     monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", False)
     assert count.compute_kind(torch.float32, conv) == "fp32"
-    assert count.dominant_dtype((torch.ones(4, dtype=torch.bfloat16), torch.ones(1), torch.ones(3, dtype=torch.int64))) \
-        == torch.bfloat16
+    mixed = (torch.ones(4, dtype=torch.bfloat16), torch.ones(1), torch.ones(3, dtype=torch.int64))
+    assert count.dominant_dtype(mixed) == torch.bfloat16  # most floating bytes; integers never count
 
 
 def test_a_problem_bench_times_its_reference_once_as_the_eager_baseline(in_process: None):
