@@ -217,3 +217,16 @@ def test_a_timing_worker_that_never_computed_the_cost_settles_the_matmul_rate(mo
     assert count.settle_kind(count.counted(conv), (x,)) == "tf32"  # cuDNN runs fp32 convolutions on TF32
     assert count.settle_kind(count.counted(mm), (torch.randn(8, 8),)) == "tf32"  # declared: kept
     assert count.settle_kind(count.counted(mm), (torch.randn(8, 8, dtype=torch.bfloat16),)) == "tf32"
+
+
+def test_a_level_benched_without_solutions_scores_its_references_as_eager():
+    from kernelkit.formats import summary
+
+    def timed(op: str, impl: str, status: Status = Status.PASSED) -> BenchResult:
+        return BenchResult(op, impl, "eager", (4,), "float32", "cpu", "hot", status, role="baseline")
+
+    results = [timed("1_a", "eager"), timed("2_b", "eager", Status.RUNTIME_ERROR), timed("1_a", "compile")]
+    assert summary.solution_impl(results) == "eager"  # the reference was timed once, as eager
+    scores = summary.scores_from_results(results, None, ["1_a", "2_b", "3_c"])
+    assert [(s.name, s.correct, s.speedup) for s in scores] == [("1_a", True, 1.0), ("2_b", False, None),
+                                                                 ("3_c", False, None)]
