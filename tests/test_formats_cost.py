@@ -4,6 +4,7 @@ ceilings are the made-up CPU ones of tests/conftest.py (copy 20 GB/s, fp32 0.1 T
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -199,7 +200,9 @@ def test_baselines_can_leave_compile_out_and_a_built_compile_says_what_it_cost()
     built = BenchResult("relu", "compile", "compile", (16, 300), "float32", "cpu", "hot", Status.PASSED,
                         role="baseline", details={"compile_seconds": 8.14})
     [line] = built_lines([built])
-    assert "built its baseline in 8.1 s over 1 case" in line and "--no-compile" in line
+    assert "built its baseline in 8.1 s;" in line and "--no-compile" in line
+    [line] = built_lines([built, replace(built, details={"compile_seconds": 2.0}), replace(built, details={})])
+    assert "in 10.1 s over 2 cases (median 8.1 s, max 8.1 s)" in line
 
 
 def test_a_timing_worker_that_never_computed_the_cost_settles_the_matmul_rate(monkeypatch: pytest.MonkeyPatch):

@@ -166,9 +166,9 @@ def built_lines(results: Sequence[BenchResult]) -> list[str]:
     spent = sorted(float(r.details["compile_seconds"]) for r in results if built_text(r))
     if not spent:
         return []
-    each = f"{spent[0]:.1f} s" if len(spent) == 1 else f"median {spent[len(spent) // 2]:.1f} s, max {spent[-1]:.1f} s"
-    return [f"[dim]torch.compile built its baseline in {sum(spent):.1f} s over {len(spent)} case(s) ({each}); "
-            f"--no-compile leaves it out[/]"]
+    each = "" if len(spent) == 1 else (f" over {len(spent)} cases (median {spent[len(spent) // 2]:.1f} s, max "
+                                       f"{spent[-1]:.1f} s)")
+    return [f"[dim]torch.compile built its baseline in {sum(spent):.1f} s{each}; --no-compile leaves it out[/]"]
 
 
 def caption(results: Sequence[BenchResult]) -> str:
