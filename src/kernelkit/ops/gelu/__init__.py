@@ -135,8 +135,7 @@ CUDA_VEC = {
     name: {dtype: cuda_kernel("cuda.cu", f"{name}_vec_{suffix}_kernel") for dtype, suffix in _SUFFIXES.items()}
     for name in ("gelu", "gelu_erf", "gelu_backward", "gelu_erf_backward")
 }
-# One triton_flat kernel per op, named after it (triton.py).
-TRITON_FLAT = {name: f"{name}_flat_kernel" for name in ("gelu", "gelu_erf", "gelu_backward", "gelu_erf_backward")}
+# triton_flat: one kernel per direction (triton.py), each in a tanh and an exact (erf) form.
 
 # Launchers --------------------------------------------------------------------------------------------------
 # The grid-stride kernels (cuda_vec, numba_flat) launch 256-thread blocks, one thread per step of work on a GPU
@@ -170,16 +169,16 @@ def _run_cuda_vec(kernels: dict[torch.dtype, Any], x: torch.Tensor, *rest: torch
     return out.view(x.shape)
 
 
-def _run_triton_flat(kernel: str, x: torch.Tensor, *rest: torch.Tensor) -> torch.Tensor:
-    """Triton kernel ``kernel`` (triton.py): one program per BLOCK_SIZE flat elements; BLOCK_SIZE and num_warps
-    autotuned per numel and dtype."""
+def _run_triton_flat(kernel: str, x: torch.Tensor, *rest: torch.Tensor, exact: bool) -> torch.Tensor:
+    """Triton kernel ``kernel`` (triton.py) in its exact (erf) or tanh form: one program per BLOCK_SIZE flat
+    elements; BLOCK_SIZE and num_warps autotuned per numel, dtype and form."""
     flats = _flat_inputs(x, *rest)
     out = torch.empty_like(flats[0])
     n = out.numel()
     if n:
         import triton
 
-        getattr(triton_kernels, kernel)[lambda meta: (triton.cdiv(n, meta["BLOCK_SIZE"]),)](*flats, out, n)
+        getattr(triton_kernels, kernel)[lambda meta: (triton.cdiv(n, meta["BLOCK_SIZE"]),)](*flats, out, n, EXACT=exact)
     return out.view(x.shape)
 
 
@@ -213,10 +212,10 @@ def gelu_cuda_vec(x: torch.Tensor) -> torch.Tensor:
     return _run_cuda_vec(CUDA_VEC["gelu"], x)
 
 
-@gelu.impl("triton_flat", kernels=[triton_kernels.lazy(TRITON_FLAT["gelu"])])
+@gelu.impl("triton_flat", kernels=[triton_kernels.lazy("gelu_flat_kernel")])
 def gelu_triton_flat(x: torch.Tensor) -> torch.Tensor:
     """Triton, a flat 1D grid over every element; BLOCK_SIZE and num_warps autotuned per numel and dtype."""
-    return _run_triton_flat(TRITON_FLAT["gelu"], x)
+    return _run_triton_flat("gelu_flat_kernel", x, exact=False)
 
 
 @gelu.impl("numba_flat", dtypes=[torch.float32])
@@ -231,10 +230,10 @@ def gelu_erf_cuda_vec(x: torch.Tensor) -> torch.Tensor:
     return _run_cuda_vec(CUDA_VEC["gelu_erf"], x)
 
 
-@gelu_erf.impl("triton_flat", kernels=[triton_kernels.lazy(TRITON_FLAT["gelu_erf"])])
+@gelu_erf.impl("triton_flat", kernels=[triton_kernels.lazy("gelu_flat_kernel")])
 def gelu_erf_triton_flat(x: torch.Tensor) -> torch.Tensor:
     """Triton, a flat 1D grid over every element, tl.math.erf; BLOCK_SIZE and num_warps autotuned."""
-    return _run_triton_flat(TRITON_FLAT["gelu_erf"], x)
+    return _run_triton_flat("gelu_flat_kernel", x, exact=True)
 
 
 @gelu_erf.impl("numba_flat", dtypes=[torch.float32])
@@ -257,10 +256,10 @@ def gelu_backward_cuda_vec(x: torch.Tensor, dy: torch.Tensor) -> torch.Tensor:
     return _run_cuda_vec(CUDA_VEC["gelu_backward"], x, dy)
 
 
-@gelu_backward.impl("triton_flat", kernels=[triton_kernels.lazy(TRITON_FLAT["gelu_backward"])])
+@gelu_backward.impl("triton_flat", kernels=[triton_kernels.lazy("gelu_backward_flat_kernel")])
 def gelu_backward_triton_flat(x: torch.Tensor, dy: torch.Tensor) -> torch.Tensor:
     """Triton, fused: reads x and dy, writes dx, over a flat 1D grid; BLOCK_SIZE and num_warps autotuned."""
-    return _run_triton_flat(TRITON_FLAT["gelu_backward"], x, dy)
+    return _run_triton_flat("gelu_backward_flat_kernel", x, dy, exact=False)
 
 
 @gelu_backward.impl("numba_flat", dtypes=[torch.float32])
@@ -281,10 +280,10 @@ def gelu_erf_backward_cuda_vec(x: torch.Tensor, dy: torch.Tensor) -> torch.Tenso
     return _run_cuda_vec(CUDA_VEC["gelu_erf_backward"], x, dy)
 
 
-@gelu_erf_backward.impl("triton_flat", kernels=[triton_kernels.lazy(TRITON_FLAT["gelu_erf_backward"])])
+@gelu_erf_backward.impl("triton_flat", kernels=[triton_kernels.lazy("gelu_backward_flat_kernel")])
 def gelu_erf_backward_triton_flat(x: torch.Tensor, dy: torch.Tensor) -> torch.Tensor:
     """Triton, fused: reads x and dy, writes dx, over a flat 1D grid; BLOCK_SIZE and num_warps autotuned."""
-    return _run_triton_flat(TRITON_FLAT["gelu_erf_backward"], x, dy)
+    return _run_triton_flat("gelu_backward_flat_kernel", x, dy, exact=True)
 
 
 @gelu_erf_backward.impl("numba_flat", dtypes=[torch.float32])

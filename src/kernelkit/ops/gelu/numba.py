@@ -3,12 +3,12 @@
 Numba's CUDA simulator swaps the module-level name ``cuda`` for its fake; a kernel must reach ``cuda`` as a
 global of its module (not a closure variable) to run there.
 
-Each kernel is a 1D grid-stride loop over flat float32 arrays: neighbouring threads touch neighbouring elements
-(coalesced), and a grid that fills the GPU once covers any size. The math is cuda.cu's, in float32: Numba types
-a Python float literal as float64, and float32 * float64 is float64 math, so every constant is a float32 global
-(Numba freezes globals as constants of their type). The math is written inline, not in device functions,
-so that ``numba.cuda.compile_ptx`` can type and compile the kernels without a GPU (tests check there is no
-float64 in their PTX).
+Each kernel is a 1D grid-stride loop over flat float32 arrays (from the thread's global index, in steps of the
+grid's thread count): neighbouring threads touch neighbouring elements (coalesced), and a grid that fills the GPU
+once covers any size. The math is cuda.cu's, in float32: Numba types a Python float literal as float64, and
+float32 * float64 is float64 math, so every constant is a float32 global (Numba freezes globals as constants of
+their type). The math is written inline, not in device functions, so that ``numba.cuda.compile_ptx`` can type and
+compile the kernels without a GPU (tests check there is no float64 in their PTX).
 """
 
 import math
@@ -30,9 +30,7 @@ INV_SQRT_2PI = np.float32(0.3989422804014327)
 @cuda.jit
 def gelu_flat_kernel(x, y):
     # gelu (tanh approximation): reads 1 element, writes 1 per step.
-    start = cuda.grid(1)
-    stride = cuda.gridsize(1)
-    for i in range(start, x.size, stride):
+    for i in range(cuda.grid(1), x.size, cuda.gridsize(1)):
         v = x[i]
         u = SQRT_2_OVER_PI * v * (ONE + CUBIC * v * v)
         # sigmoid(2u) from one exp of -2|u| <= 0: no overflow, and for u < 0 it is e p, not 1 - p (precision).
@@ -44,9 +42,7 @@ def gelu_flat_kernel(x, y):
 @cuda.jit
 def gelu_erf_flat_kernel(x, y):
     # gelu (erf): reads 1 element, writes 1 per step.
-    start = cuda.grid(1)
-    stride = cuda.gridsize(1)
-    for i in range(start, x.size, stride):
+    for i in range(cuda.grid(1), x.size, cuda.gridsize(1)):
         v = x[i]
         y[i] = HALF * v * (ONE + math.erf(v * INV_SQRT_2))
 
@@ -54,9 +50,7 @@ def gelu_erf_flat_kernel(x, y):
 @cuda.jit
 def gelu_backward_flat_kernel(x, dy, dx):
     # dx = dy * gelu'(x), tanh approximation: reads 2 elements, writes 1 per step.
-    start = cuda.grid(1)
-    stride = cuda.gridsize(1)
-    for i in range(start, x.size, stride):
+    for i in range(cuda.grid(1), x.size, cuda.gridsize(1)):
         v = x[i]
         u = SQRT_2_OVER_PI * v * (ONE + CUBIC * v * v)
         e = math.exp(-TWO * abs(u))  # as in gelu_flat_kernel: s (1 - s) = p q whatever the sign of u
@@ -70,9 +64,7 @@ def gelu_backward_flat_kernel(x, dy, dx):
 @cuda.jit
 def gelu_erf_backward_flat_kernel(x, dy, dx):
     # dx = dy * gelu_erf'(x) = dy * (Phi(x) + x phi(x)): reads 2 elements, writes 1 per step.
-    start = cuda.grid(1)
-    stride = cuda.gridsize(1)
-    for i in range(start, x.size, stride):
+    for i in range(cuda.grid(1), x.size, cuda.gridsize(1)):
         v = x[i]
         cdf = HALF * (ONE + math.erf(v * INV_SQRT_2))
         pdf = INV_SQRT_2PI * math.exp(-HALF * v * v)

@@ -36,69 +36,49 @@ def _tanh_halves(u):
 
 
 @triton.jit
-def _gelu_tanh(x):
-    u = SQRT_2_OVER_PI * x * (1.0 + CUBIC * x * x)
-    plus, _ = _tanh_halves(u)
-    return x * plus
+def _gelu(x, EXACT: tl.constexpr):
+    if EXACT:
+        y = 0.5 * x * (1.0 + tl.math.erf(x * INV_SQRT_2))
+    else:
+        u = SQRT_2_OVER_PI * x * (1.0 + CUBIC * x * x)
+        plus, _ = _tanh_halves(u)
+        y = x * plus
+    return y
 
 
 @triton.jit
-def _gelu_tanh_grad(x):
-    u = SQRT_2_OVER_PI * x * (1.0 + CUBIC * x * x)
-    plus, minus = _tanh_halves(u)
-    w = 2.0 * plus * minus * x  # 0 where s (1 - s) underflows: then (w x) x is 0, never 0 * inf
-    return plus + SQRT_2_OVER_PI * (w + 3.0 * CUBIC * (w * x * x))
-
-
-@triton.jit
-def _gelu_erf(x):
-    return 0.5 * x * (1.0 + tl.math.erf(x * INV_SQRT_2))
-
-
-@triton.jit
-def _gelu_erf_grad(x):
-    cdf = 0.5 * (1.0 + tl.math.erf(x * INV_SQRT_2))
-    pdf = INV_SQRT_2PI * tl.exp(-0.5 * x * x)
-    return cdf + x * pdf
+def _gelu_grad(x, EXACT: tl.constexpr):
+    if EXACT:
+        cdf = 0.5 * (1.0 + tl.math.erf(x * INV_SQRT_2))
+        pdf = INV_SQRT_2PI * tl.exp(-0.5 * x * x)
+        g = cdf + x * pdf
+    else:
+        u = SQRT_2_OVER_PI * x * (1.0 + CUBIC * x * x)
+        plus, minus = _tanh_halves(u)
+        w = 2.0 * plus * minus * x  # 0 where s (1 - s) underflows: then (w x) x is 0, never 0 * inf
+        g = plus + SQRT_2_OVER_PI * (w + 3.0 * CUBIC * (w * x * x))
+    return g
 
 
 # ---- kernels: one program per BLOCK_SIZE consecutive elements ----------------------------------------------
 # Forward reads BLOCK_SIZE elements and writes BLOCK_SIZE; backward reads 2 x BLOCK_SIZE (x, dy), writes
-# BLOCK_SIZE. int64 offsets: int32 ones would wrap past 2**31 elements.
+# BLOCK_SIZE. int64 offsets: int32 ones would wrap past 2**31 elements. EXACT (a compile-time constant, tuned
+# apart): the exact (erf) GELU, else the tanh approximation.
 
-@triton.autotune(configs=CONFIGS, key=["n_elements"], do_bench=do_bench)
+@triton.autotune(configs=CONFIGS, key=["n_elements", "EXACT"], do_bench=do_bench)
 @triton.jit
-def gelu_flat_kernel(x_ptr, y_ptr, n_elements, BLOCK_SIZE: tl.constexpr):
+def gelu_flat_kernel(x_ptr, y_ptr, n_elements, EXACT: tl.constexpr, BLOCK_SIZE: tl.constexpr):
     offsets = tl.program_id(0).to(tl.int64) * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
     mask = offsets < n_elements
     x = tl.load(x_ptr + offsets, mask=mask).to(tl.float32)
-    tl.store(y_ptr + offsets, _gelu_tanh(x).to(y_ptr.dtype.element_ty), mask=mask)
+    tl.store(y_ptr + offsets, _gelu(x, EXACT).to(y_ptr.dtype.element_ty), mask=mask)
 
 
-@triton.autotune(configs=CONFIGS, key=["n_elements"], do_bench=do_bench)
+@triton.autotune(configs=CONFIGS, key=["n_elements", "EXACT"], do_bench=do_bench)
 @triton.jit
-def gelu_erf_flat_kernel(x_ptr, y_ptr, n_elements, BLOCK_SIZE: tl.constexpr):
-    offsets = tl.program_id(0).to(tl.int64) * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
-    mask = offsets < n_elements
-    x = tl.load(x_ptr + offsets, mask=mask).to(tl.float32)
-    tl.store(y_ptr + offsets, _gelu_erf(x).to(y_ptr.dtype.element_ty), mask=mask)
-
-
-@triton.autotune(configs=CONFIGS, key=["n_elements"], do_bench=do_bench)
-@triton.jit
-def gelu_backward_flat_kernel(x_ptr, dy_ptr, dx_ptr, n_elements, BLOCK_SIZE: tl.constexpr):
+def gelu_backward_flat_kernel(x_ptr, dy_ptr, dx_ptr, n_elements, EXACT: tl.constexpr, BLOCK_SIZE: tl.constexpr):
     offsets = tl.program_id(0).to(tl.int64) * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
     mask = offsets < n_elements
     x = tl.load(x_ptr + offsets, mask=mask).to(tl.float32)
     dy = tl.load(dy_ptr + offsets, mask=mask).to(tl.float32)
-    tl.store(dx_ptr + offsets, (dy * _gelu_tanh_grad(x)).to(dx_ptr.dtype.element_ty), mask=mask)
-
-
-@triton.autotune(configs=CONFIGS, key=["n_elements"], do_bench=do_bench)
-@triton.jit
-def gelu_erf_backward_flat_kernel(x_ptr, dy_ptr, dx_ptr, n_elements, BLOCK_SIZE: tl.constexpr):
-    offsets = tl.program_id(0).to(tl.int64) * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
-    mask = offsets < n_elements
-    x = tl.load(x_ptr + offsets, mask=mask).to(tl.float32)
-    dy = tl.load(dy_ptr + offsets, mask=mask).to(tl.float32)
-    tl.store(dx_ptr + offsets, (dy * _gelu_erf_grad(x)).to(dx_ptr.dtype.element_ty), mask=mask)
+    tl.store(dx_ptr + offsets, (dy * _gelu_grad(x, EXACT)).to(dx_ptr.dtype.element_ty), mask=mask)
