@@ -13,6 +13,7 @@ cuda.cu (NVRTC), inline.cu (load_inline, with its C++ wrapper).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import torch
 
@@ -48,6 +49,17 @@ def _as_rows(x: torch.Tensor) -> torch.Tensor:
 def _as_flat(x: torch.Tensor) -> torch.Tensor:
     """Any shape -> its elements as a contiguous 1-D tensor (a copy only when x is not contiguous)."""
     return x.contiguous().view(-1)
+
+
+def _into_new(x: torch.Tensor, view: Callable[[torch.Tensor], torch.Tensor],
+              fill: Callable[[torch.Tensor, torch.Tensor], None]) -> torch.Tensor:
+    """y = x * x by a launcher: ``fill(src, y)`` with src = ``view(x)`` and y a new contiguous tensor like it,
+    not called for an empty input (no launch); y comes back in x's shape."""
+    src = view(x)
+    y = torch.empty_like(src)
+    if src.numel():
+        fill(src, y)
+    return y.view(x.shape)
 
 
 # Kernels and launchers --------------------------------------------------------------------------------------
@@ -86,38 +98,35 @@ def square_triton_rowwise(x: torch.Tensor) -> torch.Tensor:
     """Triton, one program per row (the lecture's first version)."""
     import triton
 
-    rows = _as_rows(x)
-    y = torch.empty_like(rows)
-    if rows.numel():
+    def program_per_row(rows: torch.Tensor, y: torch.Tensor) -> None:
         block = min(triton.next_power_of_2(rows.shape[1]), 4096)
         triton_kernels.square_rowwise_kernel[(rows.shape[0],)](rows, y, rows.shape[1], rows.stride(0), y.stride(0),
                                                                BLOCK_SIZE=block)
-    return y.reshape(x.shape)
+
+    return _into_new(x, _as_rows, program_per_row)
 
 
 @square.impl("numba_2d", dtypes=[torch.float32, torch.float16])
 def square_numba_2d(x: torch.Tensor) -> torch.Tensor:
     """Numba @cuda.jit, one thread per element on a 2D grid (the learner's version)."""
-    rows = _as_rows(x)
-    y = torch.empty_like(rows)
-    if rows.numel():
+    def thread_per_element(rows: torch.Tensor, y: torch.Tensor) -> None:
         block = (16, 16)
         grid = ((rows.shape[1] + 15) // 16, (rows.shape[0] + 15) // 16)  # (column blocks, row blocks)
         launch(numba_kernels.square_2d_kernel, grid, block, rows, y)
-    return y.reshape(x.shape)
+
+    return _into_new(x, _as_rows, thread_per_element)
 
 
 @square.impl("cuda_2d", kernels=[CUDA_2D], dtypes=[torch.float32])
 def square_cuda_2d(x: torch.Tensor) -> torch.Tensor:
     """CUDA C++ through NVRTC, one thread per element on a 2D grid (the learner's version, float32)."""
-    rows = _as_rows(x)
-    y = torch.empty_like(rows)
-    if rows.numel():
+    def thread_per_element(rows: torch.Tensor, y: torch.Tensor) -> None:
         n_rows, n_cols = rows.shape
         block = (16, 16)
         grid = ((n_cols + 15) // 16, (n_rows + 15) // 16)
         CUDA_2D.launch(grid, block, rows, y, n_rows, n_cols)
-    return y.reshape(x.shape)
+
+    return _into_new(x, _as_rows, thread_per_element)
 
 
 @square.impl("triton_flat", kernels=[triton_kernels.lazy("square_flat_kernel")])
@@ -125,23 +134,21 @@ def square_triton_flat(x: torch.Tensor) -> torch.Tensor:
     """Triton, a flat 1D grid over every element; BLOCK_SIZE and num_warps autotuned per numel and dtype."""
     import triton
 
-    flat = _as_flat(x)
-    y = torch.empty_like(flat)
-    n = flat.numel()
-    if n:
+    def flat_blocks(flat: torch.Tensor, y: torch.Tensor) -> None:
+        n = flat.numel()
         triton_kernels.square_flat_kernel[lambda meta: (triton.cdiv(n, meta["BLOCK_SIZE"]),)](flat, y, n)
-    return y.view(x.shape)
+
+    return _into_new(x, _as_flat, flat_blocks)
 
 
 @square.impl("numba_flat", dtypes=[torch.float32, torch.float16])
 def square_numba_flat(x: torch.Tensor) -> torch.Tensor:
     """Numba @cuda.jit, a 1D grid-stride loop over the flat elements (float32, float16)."""
-    flat = _as_flat(x)
-    y = torch.empty_like(flat)
-    if flat.numel():
+    def grid_stride(flat: torch.Tensor, y: torch.Tensor) -> None:
         blocks = elementwise_blocks(flat.numel(), flat.device)
         launch(numba_kernels.square_flat_kernel, blocks, GRID_STRIDE_BLOCK, flat, y)
-    return y.view(x.shape)
+
+    return _into_new(x, _as_flat, grid_stride)
 
 
 @square.impl("cuda_vec4", kernels=list(CUDA_VEC4.values()), dtypes=list(CUDA_VEC4))
@@ -149,15 +156,15 @@ def square_cuda_vec4(x: torch.Tensor) -> torch.Tensor:
     """CUDA C++ through NVRTC: 16-byte loads and stores in a grid-stride loop (float32, float16, bfloat16)."""
     if x.dtype not in CUDA_VEC4:
         raise TypeError(f"cuda_vec4 takes {', '.join(map(str, CUDA_VEC4))}, got {x.dtype}")
-    flat = _as_flat(x)
-    y = torch.empty_like(flat)  # a new allocation: 256-byte aligned
-    n = flat.numel()
-    if n:
+
+    def vectors(flat: torch.Tensor, y: torch.Tensor) -> None:  # y: a new allocation, 256-byte aligned
+        n = flat.numel()
         per_vector = 16 // flat.element_size()
         # A view that starts off a 16-byte boundary (x[1:]) runs the kernel's scalar loop: one item per element.
         items = -(-n // per_vector) if flat.data_ptr() % 16 == 0 else n
         CUDA_VEC4[x.dtype].launch(elementwise_blocks(items, flat.device), GRID_STRIDE_BLOCK, flat, y, n)
-    return y.view(x.shape)
+
+    return _into_new(x, _as_flat, vectors)
 
 
 @square.impl("cuda_inline_vec4", kernels=[SQUARE_INLINE], dtypes=[torch.float32])
