@@ -15,7 +15,6 @@ from __future__ import annotations
 import contextlib
 import faulthandler
 import gc
-import math
 import multiprocessing
 import multiprocessing.connection
 import os
@@ -31,6 +30,7 @@ import psutil
 import torch
 
 from kernelkit import backends, hygiene, wire
+from kernelkit.deadline import BUILD_TIMEOUT_ENV, build_timeout
 from kernelkit.errors import describe_exception
 from kernelkit.jobs import Job, JobResult, progress
 from kernelkit.jobs.check import kept_bytes
@@ -38,8 +38,6 @@ from kernelkit.measure.host import cpu_threads
 from kernelkit.results import Status
 
 DEFAULT_TIMEOUT = 60.0
-BUILD_TIMEOUT_ENV = "KERNELKIT_BUILD_TIMEOUT"
-BUILD_TIMEOUT = 900.0  # loading the op and building its kernels (a cold load_inline build takes a minute)
 STARTUP_TIMEOUT = 300.0  # importing torch, triton and numba on a slow, busy machine
 LOG_TAIL_CHARS = 4000
 LEFT_TIMEOUT = 60.0  # for the worker's word on what a job left (a snapshot, maybe a garbage collection)
@@ -50,15 +48,6 @@ MAX_MEMORY_ENV = "KERNELKIT_MAX_MEMORY"  # bytes a worker may hold (--max-memory
 OnPhase = Callable[[str], None]
 _BUILT = "built"  # the worker's message between a case's build and its run
 _PHASE = "phase:"  # the worker's news of what the job does now (jobs.progress), never a result
-
-
-def build_timeout() -> float:
-    """Seconds for loading an op and building its kernels: $KERNELKIT_BUILD_TIMEOUT, else BUILD_TIMEOUT."""
-    try:
-        seconds = float(os.environ.get(BUILD_TIMEOUT_ENV, BUILD_TIMEOUT))
-    except ValueError:
-        return BUILD_TIMEOUT
-    return seconds if math.isfinite(seconds) and seconds > 0 else BUILD_TIMEOUT
 
 
 class Worker:

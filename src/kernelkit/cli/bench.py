@@ -28,6 +28,7 @@ from kernelkit.cli.common import (
     VerboseOpt,
     err,
     fail,
+    nothing_ran,
     open_store,
     out,
     parse_dtypes,
@@ -103,8 +104,8 @@ def bench_command(
     op's cost model, % of the device's calibrated ceilings, and speedups with 95% bootstrap intervals.
     A folder of KernelBench problems also gets the level summary (fast_0, fast_1, fast_2, geometric-mean speedup
     of the solution over eager); a GPU MODE task, its ranking score (the geometric mean of the benchmark times).
-    Exit code: 0 when every case that ran was correct and timed, 1 otherwise, 2 for bad arguments, 130 when
-    interrupted (finished cases are kept in the store).
+    Exit code: 0 when every case that ran was correct and timed, 1 otherwise, 2 for bad arguments or when nothing
+    could run here (every case SKIPPED), 130 when interrupted (finished cases are kept in the store).
     """
     from kernelkit.report.bench_table import bench_table, built_lines, note_lines, skip_lines, warning_lines
     from kernelkit.runs.repeat import bench_repeated
@@ -134,6 +135,10 @@ def bench_command(
     finally:
         if opened is not None:
             opened.close()
+    idle = "" if report.interrupted or report.store_error else nothing_ran(report.results, "was timed")
+    if idle:  # every case was skipped: a machine that cannot run them (a task's inputs made on a GPU, on a CPU)
+        err.print(f"[bold red]error:[/] {escape(idle)}", highlight=False, soft_wrap=True)
+        raise typer.Exit(EXIT_USAGE)
     shown = [r for r in report.results if r.status is not Status.SKIPPED]
     screen = err if json_path is not None and str(json_path) == "-" else out  # stdout holds the JSON alone
     screen.print(bench_table(shown, wide=wide))

@@ -3,7 +3,8 @@
 Every file gets its own module name (``kernelkit_<kind>_<stem>_<digest of the path>``), registered in
 ``sys.modules`` so Triton's source lookup and pickling work. A GPU MODE task's files import each other by plain
 names (``from utils import ...``, ``from task import input_t``); those names point at the task's own files only while
-the task is being imported, then whatever held them before is put back.
+the task is being imported, then whatever held them before is put back. A file's top-level code runs at most the build
+limit (deadline.build_timeout): one that hangs is a LoadError, not a hang of the process that plans the cases.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from kernelkit.deadline import BUILD_TIMEOUT_ENV, Expired, build_timeout, deadline
 from kernelkit.errors import LoadError
 
 
@@ -53,6 +55,7 @@ class _Session(importlib.abc.MetaPathFinder):
         self.aliases = {name: path.resolve() for name, path in aliases.items()}
         self.kind = kind
         self.loaded: dict[Path, ModuleType] = {}
+        self.running = False  # a file's top-level code is running (the imports it makes run inside its limit)
 
     def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
         if fullname not in self.aliases:
@@ -71,7 +74,7 @@ class _Session(importlib.abc.MetaPathFinder):
         sys.modules[name] = module
         self.loaded[path] = module
         try:
-            spec.loader.exec_module(module)
+            self._run(spec.loader, module, path)
         except LoadError:
             self._forget(path, name)
             raise
@@ -85,6 +88,23 @@ class _Session(importlib.abc.MetaPathFinder):
             self._forget(path, name)
             raise LoadError(f"importing {path} failed{where}: {type(exc).__name__}: {exc}") from None
         return module
+
+    def _run(self, loader: importlib.abc.Loader, module: ModuleType, path: Path) -> None:
+        """Execute the module; the outermost import of a load is bounded by the build limit (the files' top-level
+        code runs in the process that plans the cases, before any worker could stop it)."""
+        if self.running:
+            loader.exec_module(module)
+            return
+        self.running = True
+        limit = build_timeout()
+        try:
+            with deadline(limit):
+                loader.exec_module(module)
+        except Expired:
+            raise LoadError(f"importing {path} ran past {limit:g} s (the build limit; set {BUILD_TIMEOUT_ENV}=SECONDS "
+                            "to move it): its top-level code hangs or does the work of a call") from None
+        finally:
+            self.running = False
 
     def _forget(self, path: Path, name: str) -> None:
         self.loaded.pop(path, None)

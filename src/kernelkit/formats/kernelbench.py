@@ -40,6 +40,7 @@ from typing import Any, Literal
 
 import torch
 
+from kernelkit.deadline import Expired, deadline
 from kernelkit.errors import CompileError, LoadError, SpecError
 from kernelkit.formats._imports import import_file
 from kernelkit.measure.count import counted
@@ -53,6 +54,7 @@ KERNELBENCH_TOLERANCE: dict[torch.dtype, float] = {torch.float32: 1e-4, torch.fl
 KERNELBENCH_V01_TOLERANCE = 1e-2
 STOCHASTIC_SEED = 1234  # the seed every call of a model with active dropout starts from
 InputsOn = Literal["cpu", "device"]
+SHAPE_READ_S = 10.0  # reading the size label off get_inputs() on the meta device: it makes no data, so it is quick
 _GENERATED = re.compile(r"level_\d+_problem_(\d+)_sample_(\d+)_kernel\.py$")  # KernelBench's generated samples
 
 
@@ -220,11 +222,12 @@ def _cast_outputs(out: Any, dtype: torch.dtype) -> Any:
 
 
 def input_shape(problem: Problem) -> Size:
-    """The op's size: the shape of the first tensor get_inputs() returns, read on the meta device (no memory)."""
+    """The op's size: the shape of the first tensor get_inputs() returns, read on the meta device (no memory), in
+    at most SHAPE_READ_S (a get_inputs that hangs hangs again in the case's worker, which stops it)."""
     try:
-        with torch.device("meta"), seeded(0):
+        with torch.device("meta"), seeded(0), deadline(SHAPE_READ_S):
             inputs = list(problem.get_inputs())
-    except Exception:  # noqa: BLE001 - an input factory that needs real data only loses its size label
+    except (Exception, Expired):  # noqa: BLE001 - an input factory that needs real data only loses its size label
         return (0,)
     shapes = [tuple(x.shape) for x in inputs if isinstance(x, torch.Tensor) and x.dim() > 0]
     return shapes[0] if shapes else (0,)

@@ -19,7 +19,7 @@ from kernelkit.measure.stats import NOISY_IQR, Ratio
 from kernelkit.report.check_table import stacked_status_text, status_text, worker_warning_lines
 from kernelkit.report.roofline import binding
 from kernelkit.results import BASELINE_NAMES as BASELINES
-from kernelkit.results import Status
+from kernelkit.results import Status, case_text, size_text
 from kernelkit.units import format_bytes, format_time, three_digits  # noqa: F401 - the report's names for them
 
 if TYPE_CHECKING:
@@ -59,7 +59,7 @@ def bench_table(results: Sequence[BenchResult], *, title: str = "", show_ci: boo
     for r in sectioned(table, ordered_results(results, baselines)):
         m = r.measurement if r.measurement is not None and r.measurement.samples else None
         cells = [*([escape(r.op)] if show_op else []), _impl_cell(r.impl, r.impl in baselines),
-                 "x".join(map(str, r.size)), r.dtype, *([str(r.gpu)] if show_gpu else []),
+                 size_text(r), r.dtype, *([str(r.gpu)] if show_gpu else []),
                  *_timing_cells(m), rate_text(m.gbps if m else None),
                  *([rate_text(m.tflops if m else None)] if show_tflops else []),
                  *([bound_text(m)] if show_bound else []), ceiling_text(m),
@@ -103,7 +103,7 @@ def compact_table(results: Sequence[BenchResult], *, title: str = "") -> Table:
         timed = m is not None  # a SUSPECT row was timed: its median shows, the ceiling column says SUSPECT
         baseline = r.impl in baselines
         table.add_row(*([escape(r.op)] if show_op else []), f"[dim]{escape(r.impl)}[/]" if baseline else escape(r.impl),
-                      "x".join(map(str, r.size)), SHORT_DTYPES.get(r.dtype, r.dtype),
+                      size_text(r), SHORT_DTYPES.get(r.dtype, r.dtype),
                       *([str(r.gpu)] if show_gpu else []),
                       f"{median} {spread}".strip() if timed else stacked_status_text(r.status),
                       _rate_cell(m), _short_ceiling(m), *(_short_speedup(r.speedups.get(name)) for name in vs))
@@ -151,7 +151,7 @@ def note_lines(results: Sequence[BenchResult]) -> list[str]:
         if text := notes_text(m):
             said = "; ".join(own_warnings(m)) if m is not None else ""
             text = text if not said else f"{text}: {said}"
-            lines.append(f"[dim]note {escape(r.case_id)}: {escape(text)}[/]")
+            lines.append(f"[dim]note {escape(case_text(r))}: {escape(text)}[/]")
     return lines
 
 
@@ -294,10 +294,11 @@ def skip_lines(results: Sequence[BenchResult]) -> list[str]:
 def warning_lines(results: Sequence[BenchResult], *, notes_shown: bool = False, verbose: bool = False) -> list[str]:
     """Failures, each measurement's warnings (unless ``notes_shown``: note_lines said them, one line per case), then
     what the workers warned about (once each, with a count; library warnings counted unless ``verbose``)."""
-    lines = [f"[red]{r.status.value}[/] {r.case_id}: {escape(r.message)}" for r in results if r.status.failed]
+    lines = [f"[red]{r.status.value}[/] {escape(case_text(r))}: {escape(r.message)}"
+             for r in results if r.status.failed]
     for r in [] if notes_shown else results:
         for warning in (r.measurement.warnings if r.measurement else []):
-            lines.append(f"[yellow]warning[/] {r.case_id}: {escape(warning)}")
+            lines.append(f"[yellow]warning[/] {escape(case_text(r))}: {escape(warning)}")
     return lines + worker_warning_lines(results, verbose)
 
 
@@ -311,7 +312,7 @@ def log_lines(results: Sequence[BenchResult], lines: int = 20) -> list[str]:
             continue
         seen.add(log)
         tail = "\n".join(log.splitlines()[-lines:])
-        shown.append(f"log of {r.case_id} ({r.status.value}), last lines:\n{escape(tail)}")
+        shown.append(f"log of {escape(case_text(r))} ({r.status.value}), last lines:\n{escape(tail)}")
     return shown
 
 

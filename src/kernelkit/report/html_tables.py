@@ -27,7 +27,7 @@ from kernelkit.report.bench_table import (
 )
 from kernelkit.report.html_plots import attr, plain
 from kernelkit.results import BASELINE_NAMES as BASELINES
-from kernelkit.results import Status
+from kernelkit.results import Status, size_text
 from kernelkit.store import CaseChange, RunComparison
 
 MESSAGE_LIMIT = 4000  # characters of one failure message kept on the page: a long traceback's end says enough
@@ -109,7 +109,7 @@ def _result_cells(r: BenchResult, baseline: bool, repro: str) -> dict[str, str]:
     return {
         "op": cell(r.op),
         "impl": cell(f"{r.impl} (baseline)" if baseline else r.impl),
-        "size": cell("x".join(map(str, r.size)), float(math.prod(r.size))),
+        "size": cell(size_text(r), float(math.prod(r.size))),
         "dtype": cell(r.dtype),
         "mode": cell(r.mode),
         "status": status_cell(r.status),

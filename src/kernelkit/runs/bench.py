@@ -34,7 +34,7 @@ from kernelkit.results import Status
 from kernelkit.runner import DEFAULT_TIMEOUT, OnPhase, Worker
 from kernelkit.runs import early, strict_bench
 from kernelkit.scale import GpuSpec, Spread
-from kernelkit.spec import BASELINES, Case, Op, Size, dtype_name, parse_dtype
+from kernelkit.spec import BASELINES, Case, Op, Size, dtype_name, parse_dtype, size_labeller
 from kernelkit.target import make_cases, open_target
 
 OnBenchResult = Callable[[BenchResult], None]
@@ -133,8 +133,10 @@ def bench_op(
             report.env.update(spread.describe(report.env.get("user_file")))
         report.run_id = store.begin_run(command, report.env, op=",".join(o.name for o in ops), mode=mode, device=dev)
 
+    label = size_labeller(ops)  # a GPU MODE task's sizes show as its specs: size=16 seed=4242
+
     def emit(result: BenchResult) -> None:
-        report.results.append(result)
+        report.results.append(label(result))
         if store is not None and not report.store_error:
             try:
                 store.add_result(report.run_id, result)
@@ -151,7 +153,7 @@ def bench_op(
             if spread is not None:
                 spread.run([BenchGroupRun(g, settings, dev, timeout) for g in groups], emit)
             for group in groups if spread is None else ():
-                worker.on_phase = _phase_of(group, on_phase)
+                worker.on_phase = _phase_of(group, on_phase, {op.name: op for op in ops})
                 if strict:
                     strict_bench.run_group(worker, group, settings, dev, timeout, emit)
                 else:
@@ -168,11 +170,12 @@ def bench_op(
     return report
 
 
-def _phase_of(group: BenchGroup, on_phase: OnPhase | None) -> OnPhase | None:
+def _phase_of(group: BenchGroup, on_phase: OnPhase | None, ops: dict[str, Op]) -> OnPhase | None:
     """``on_phase`` told each phase with the group it belongs to: 'softmax 8192x1000 bfloat16: timing ...'."""
     if on_phase is None:
         return None
-    label = f"{group.op} {'x'.join(map(str, group.size))} {group.dtype}"
+    shown = ops[group.op].size_text(group.size) if group.op in ops else "x".join(map(str, group.size))
+    label = f"{group.op} {shown} {group.dtype}"
     return lambda text: on_phase(f"{label}: {text}")
 
 

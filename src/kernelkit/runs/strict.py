@@ -29,7 +29,8 @@ from typing import Any
 import torch
 
 from kernelkit import verify
-from kernelkit.errors import describe_exception
+from kernelkit.deadline import Expired, deadline
+from kernelkit.errors import BackendUnavailable, InputError, describe_exception
 from kernelkit.jobs import check as _check_module
 from kernelkit.jobs import guards
 from kernelkit.jobs.strict_worker import SEAL, CallRecord, StrictCallJob, StrictReply, pack, unpack
@@ -59,19 +60,22 @@ class Prepared:
     seeds: list[int]
 
 
-def prepare(op: Op, case: Case, device: str, probes: bool = True) -> Prepared:
-    """The case's seed, a secret one and (``probes``), where the op takes it, every dimension doubled."""
+def prepare(op: Op, case: Case, device: str, probes: bool = True, timeout: float | None = None) -> Prepared:
+    """The case's seed, a secret one and (``probes``), where the op takes it, every dimension doubled. ``timeout``:
+    seconds for the first two sets (Expired past them), and again for the probe's (no probe past them)."""
     dtype = parse_dtype(case.dtype)
     seeds = [case.seed, secrets.randbelow(2**31 - 1) + 1]
-    made = [_check_module.reference_outputs(op, case.size, dtype, device, s) for s in seeds]
-    kind = reference_kind(op, made[0][0])
+    with deadline(timeout or 0):
+        made = [_check_module.reference_outputs(op, case.size, dtype, device, s) for s in seeds]
+        kind = reference_kind(op, made[0][0])
     off = tuple(2 * d for d in case.size)  # doubled, not +1: an op's divisibility rules (groups, 2:4) still hold
     off_size: tuple[int, ...] | None = off if probes else None
     try:
         if off_size is None:
             raise LookupError("no size probe")
-        made.append(_check_module.reference_outputs(op, off, dtype, device, secrets.randbelow(2**31 - 1) + 1))
-    except Exception:  # noqa: BLE001 - the op does not take that size: no probe
+        with deadline(timeout or 0):
+            made.append(_check_module.reference_outputs(op, off, dtype, device, secrets.randbelow(2**31 - 1) + 1))
+    except (Exception, Expired):  # noqa: BLE001 - the op does not take that size (or not in time): no probe
         off_size = None
     return Prepared([m[0] for m in made], [m[1] for m in made], [m[2] for m in made], kind, off_size, seeds)
 
@@ -83,28 +87,43 @@ def reference_kind(op: Op, inputs: Sequence[Any]) -> str:
 
 
 def strict_case(case: Case, op: Op, device: str, run: Any, tampered_here: Sequence[str] = (),
-                probes: bool = True) -> CaseResult:
+                probes: bool = True, timeout: float | None = None) -> CaseResult:
     """Check ``case`` in strict mode: ``run(job)`` runs a StrictCallJob where the impl lives (a worker) and
     returns its StrictReply; the references stay here. Every exception becomes a status. ``probes``: calls 2
-    and 3 too (a run makes them for the first case of each impl: they cost a call each)."""
+    and 3 too (a run makes them for the first case of each impl: they cost a call each). ``timeout``: seconds
+    for making the inputs and references here (and for counting the case's cost), past which the case is
+    TIMEOUT (deadline.py: this process stops the op's code itself)."""
     result = CaseResult(op=case.op, impl=case.impl, backend="?", size=case.size, dtype=case.dtype, seed=case.seed,
                         device=device, status=Status.PASSED, details={"strict": True})
     start = time.perf_counter()
     try:
-        _strict(result, case, op, device, run, tampered_here, probes)
+        _strict(result, case, op, device, run, tampered_here, probes, timeout)
+    except BackendUnavailable as exc:  # the inputs need what this process lacks (a task's inputs made on a GPU)
+        result.status, result.message = Status.SKIPPED, str(exc)
+    except InputError as exc:  # the op's own inputs or reference failed: not the impl's fault
+        result.status, result.message = Status.INPUT_ERROR, str(exc)
     except Exception as exc:  # noqa: BLE001 - the reference or the harness failed: reported, never raised
         result.status, result.message = Status.RUNTIME_ERROR, describe_exception(exc)
+    except Expired as exc:
+        result.status, result.message = Status.TIMEOUT, judging_timeout(exc.seconds)
     result.seconds = time.perf_counter() - start
     return result
 
 
+def judging_timeout(seconds: float) -> str:
+    """A TIMEOUT's message when the op's own code ran past the limit in the judging process."""
+    return (f"the op's own inputs and reference, made in this process for strict mode, gave no result after "
+            f"{seconds:g} s (the case limit, --timeout {seconds:g}): its input factory or reference hangs, or is only "
+            "slow (then raise --timeout)")
+
+
 def _strict(result: CaseResult, case: Case, op: Op, device: str, run: Any, tampered_here: Sequence[str],
-            probes: bool) -> None:
+            probes: bool, timeout: float | None) -> None:
     if tampered_here:
         result.status = Status.CHEATED
         result.message = guards.describe_tampering(list(tampered_here), "loading the target")
         return
-    prepared = prepare(op, case, device, probes)
+    prepared = prepare(op, case, device, probes, timeout)
     plan = [(0, "new"), (1, "inplace")] + ([(0, "new")] if probes else []) + ([(2, "new")] if prepared.off_size else [])
     job = StrictCallJob(case, tuple(pack(x) for x in prepared.inputs), tuple(plan))
     reply: StrictReply = run(job)
@@ -122,7 +141,8 @@ def _strict(result: CaseResult, case: Case, op: Op, device: str, run: Any, tampe
         return
     dtype = parse_dtype(case.dtype)
     atol, rtol = op.tolerance_for(dtype)
-    result.bytes, result.flops = op.cost(prepared.inputs[0], prepared.los[0])
+    with deadline(timeout or 0):  # FLOPs may be counted by running the reference
+        result.bytes, result.flops = op.cost(prepared.inputs[0], prepared.los[0])
     outputs: list[tuple[Any, ...]] = []
     worst: list[Any] = []  # the comparison of each call judged, for the result's errors
     for number, ((which, _), record) in enumerate(zip(plan, reply.calls, strict=False)):
@@ -291,7 +311,7 @@ class StrictChecker:
 
         first = (case.source, case.op, case.impl) not in self.probed
         self.probed.add((case.source, case.op, case.impl))
-        result = strict_case(case, op, self.device, run, changed, probes=first)
+        result = strict_case(case, op, self.device, run, changed, probes=first, timeout=self.timeout)
         if self.worker is not None and result.status is Status.CHEATED and any(
                 word in result.message for word in ("replaced", "thread")):
             self.worker.stop()  # a replaced harness object or a stray thread must not meet the next case

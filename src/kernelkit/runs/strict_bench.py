@@ -21,6 +21,8 @@ from typing import Any
 
 import torch
 
+from kernelkit.deadline import Expired, deadline
+from kernelkit.errors import BackendUnavailable, InputError
 from kernelkit.jobs import check as check_module
 from kernelkit.jobs.bench import gate_message, speedups
 from kernelkit.jobs.strict_bench import RANGES, ROTATION, StrictBenchJob, StrictBenchOutcome
@@ -30,7 +32,7 @@ from kernelkit.measure import modes
 from kernelkit.measure.measurement import SUSPECT_PCT, BenchResult
 from kernelkit.measure.timer import Settings
 from kernelkit.results import Status
-from kernelkit.runs.strict import StrictChecker
+from kernelkit.runs.strict import StrictChecker, judging_timeout
 from kernelkit.spec import BASELINES, parse_dtype
 
 
@@ -55,19 +57,27 @@ def run_group(worker: Any, group: Any, settings: Settings, device: str, timeout:
     timed: list[BenchResult] = []
     for part in ([p for p in passed if p[1] == "impl"], [p for p in passed if p[1] == "baseline"]):
         if part:
-            timed.extend(_time(worker, group, tuple(part), settings, device))
+            timed.extend(_time(worker, group, tuple(part), settings, device, timeout))
     speedups(timed)
     for result in timed:
         emit(result)
 
 
 def _time(worker: Any, group: Any, contenders: tuple[tuple[str, str], ...], settings: Settings,
-          device: str) -> list[BenchResult]:
+          device: str, timeout: float) -> list[BenchResult]:
     op = load(group.source)[group.op]
     dtype = parse_dtype(group.dtype)
-    made = [check_module.reference_outputs(op, group.size, dtype, device, secrets.randbelow(2**31 - 1) + 1)
-            for _ in range(ROTATION)]
-    nbytes, flops = op.cost(made[0][0], made[0][2])
+    try:
+        with deadline(timeout):  # the op's own code, run here: bounded as a case is (runs/strict.py)
+            made = [check_module.reference_outputs(op, group.size, dtype, device, secrets.randbelow(2**31 - 1) + 1)
+                    for _ in range(ROTATION)]
+            nbytes, flops = op.cost(made[0][0], made[0][2])
+    except (BackendUnavailable, InputError, Expired) as exc:
+        status, message = ((Status.SKIPPED, str(exc)) if isinstance(exc, BackendUnavailable) else
+                           (Status.INPUT_ERROR, str(exc)) if isinstance(exc, InputError) else
+                           (Status.TIMEOUT, judging_timeout(timeout)))
+        return [BenchResult(group.op, name, "?", group.size, group.dtype, device, settings.mode, status, role=role,
+                            message=message) for name, role in contenders]
     working = sum(t.numel() * t.element_size() for t in (*made[0][0], *made[0][2]) if isinstance(t, torch.Tensor))
     job = StrictBenchJob(group.source, group.op, group.size, group.dtype, contenders, settings,
                          tuple(pack(m[0]) for m in made), _secret_keep(), (nbytes, flops, working))
