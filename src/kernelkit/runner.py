@@ -64,6 +64,7 @@ class Worker:
         self.conn: multiprocessing.connection.Connection | None = None
 
     replaced = 0
+    busy = False
 
     def run(self, job: Job, timeout: float, limit: str = "") -> JobResult:
         """``job`` run in the worker; ``timeout`` seconds for the job once it is built (``on_built``). ``limit``
@@ -75,6 +76,7 @@ class Worker:
         assert self.conn is not None and self.process is not None
         offset = self.log_path.stat().st_size if self.log_path.exists() else 0
         self.conn.send(job)
+        self.busy = True  # until the job's answer is in: a stop meanwhile (Ctrl-C) kills the worker at once
         # Two clocks: loading the op and building its kernels, then the job itself (see Job.execute's on_built). A
         # job of several calls (a format's verdict: five trials) says "built" again before each: each gets the limit.
         building = build_timeout()
@@ -87,6 +89,7 @@ class Worker:
             self._discard()
             reply = job.failed(self.device, Status.CRASHED, f"the worker sent {reply!r} instead of a result")
         result: JobResult = reply
+        self.busy = False
         changed = self._left() if self.process is not None else []
         if result.status.failed:
             result.log = self._log_since(offset)
@@ -232,7 +235,12 @@ class Worker:
         self.process = self.conn = None
 
     def stop(self) -> None:
-        """End the worker; inside ``reuse_workers()`` a live one is kept for this process's next run instead."""
+        """End the worker; inside ``reuse_workers()`` a live one is kept for this process's next run instead. A
+        worker stopped in the middle of a job (Ctrl-C while it ran) is killed with all it started, never kept."""
+        if self.busy:
+            self.busy = False
+            self._discard()
+            return
         if _parked is not None and self.conn is not None and self.process is not None and self.process.is_alive():
             _parked.append((self.device, tuple(sorted(self.env.items())), self.process, self.conn))
             self.process = self.conn = None

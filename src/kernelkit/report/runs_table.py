@@ -73,7 +73,7 @@ def print_comparison(console: Console, result: RunComparison, *, wide: bool = Fa
         verdict = (f"[{VERDICT_STYLES.get(row.verdict, 'white')}]{VERDICT_TEXT.get(row.verdict, row.verdict)}[/]"
                    if row.verdict else "-")
         table.add_row(
-            escape(row.case), *([] if one_mode else [row.mode]),
+            escape(row.shown), *([] if one_mode else [row.mode]),
             format_time(row.median_a) if row.median_a else "-", format_time(row.median_b) if row.median_b else "-",
             _percent(row.change) if row.change is not None else "-", escape(ci),
             *([f"{row.floor:.1%}" if row.floor is not None else "-"] if floor_column else []), verdict,
@@ -89,7 +89,7 @@ def print_comparison(console: Console, result: RunComparison, *, wide: bool = Fa
     if not wide:
         for row in result.changes:
             if row.note:
-                console.print(f"  {escape(row.case)}: {escape(row.note)}", highlight=False)
+                console.print(f"  {escape(row.shown)}: {escape(row.note)}", highlight=False)
     for diff in result.env_diffs:
         console.print(f"[yellow]environment differs:[/] {escape(diff.key)}: {escape(str(diff.a))} -> "
                       f"{escape(str(diff.b))}", highlight=False)

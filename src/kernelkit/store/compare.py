@@ -18,6 +18,7 @@ from typing import Any
 from kernelkit.measure.measurement import BenchResult
 from kernelkit.measure.stats import Ratio, speedup
 from kernelkit.registry import cpu_stand_in
+from kernelkit.results import size_text
 from kernelkit.store.db import RunInfo, Store
 
 # The noise floor when no run measured one: back-to-back runs of unchanged code differ by up to ~1-2% on a GPU
@@ -75,6 +76,11 @@ class CaseChange:
     floor: float | None = None
     floor_from: str = ""
     role: str = "impl"  # "impl" or "baseline"
+
+    @property
+    def shown(self) -> str:
+        """The case as people read it: ``case`` with the size as its op shows it (a GPU MODE spec)."""
+        return f"{self.op}/{self.impl}/{self.size}/{self.dtype}"
 
     @property
     def change(self) -> float | None:
@@ -213,7 +219,7 @@ def _row(key: BenchResult, a: BenchResult | None, b: BenchResult | None, *, rati
     if verdict is None and ratio is not None:
         verdict = judge(ratio, floor or 0.0)
     return CaseChange(
-        case=key.case_id, op=key.op, impl=key.impl, size="x".join(map(str, key.size)), dtype=key.dtype,
+        case=key.case_id, op=key.op, impl=key.impl, size=size_text(key), dtype=key.dtype,
         mode=key.mode, status_a=a.status.value if a else None, status_b=b.status.value if b else None,
         median_a=median_a, median_b=median_b, ratio=ratio, verdict=verdict, note=note, floor=floor,
         floor_from=floor_from, role=key.role,
