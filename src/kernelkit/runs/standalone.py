@@ -273,7 +273,8 @@ class Standalone:
         check_allowed(mod.name, fn.__qualname__)
         node = mod.def_node(fn)
         if node is None:
-            raise NotStandalone(f"the source of {fn.__qualname__} in {mod.name} cannot be found")
+            raise NotStandalone(f"the source of {fn.__qualname__} in {mod.name} cannot be found (did its file change "
+                                "since it was imported? then import it again)")
         cells = dict(zip(fn.__code__.co_freevars, [c.cell_contents for c in fn.__closure__ or ()], strict=True))
         if isinstance(node, ast.Lambda):
             emitted = self._claim(key, wanted if wanted != "<lambda>" else "fn")
