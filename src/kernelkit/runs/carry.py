@@ -31,9 +31,10 @@ _WHY = {
     "kernelkit.backends.numba": "a Numba kernel launched through kernelkit",
     "kernelkit.backends.compiled": "kernelkit's torch.compile baseline",
 }
+
+
 class NotStandalone(SpecError):
     """A function needs kernelkit (or something that cannot be written as source) at run time."""
-
 
 
 def check_allowed(module: str, name: str) -> None:

@@ -16,9 +16,8 @@ The walk, over each module's syntax tree (its source read once):
 3. ``alias.attr``, where alias is a module that is followed (an op's lazy kernel module, or ``from
    kernelkit.backends import triton as kk_triton``), becomes the name that ``attr``'s definition gets.
 4. A name wanted twice gets a suffix. Annotations become strings, as ``from __future__ import annotations`` would
-   make them (a future import would break KernelBench's evaluator, which prepends lines to a solution), except
-   Triton's ``tl.constexpr`` ones.
-   A load_inline extension becomes torch's own load_inline with its sources inlined.
+   make them (a future import would break KernelBench's evaluator, which prepends lines to a solution), but
+   Triton's ``tl.constexpr`` ones stay. A load_inline extension becomes torch's own load_inline, sources inlined.
 
 What of kernelkit may come along is runs/carry.py's to say; anything else (an NVRTC kernel, a Numba launch, an
 Op) raises NotStandalone, with the reason.
