@@ -1,6 +1,7 @@
 """Helpers shared by the op tests: what an impl can do on a machine without a GPU, the edge-shape cases worth the
 interpreter's time, inputs laid out at the edges (non-contiguous, misaligned), an op's impls on other inputs,
-stand-ins for an op's kernel modules, and a compact view of a report for assertions."""
+stand-ins for an op's kernel modules, an output checked against the reference by the checker's rule, and a
+report's statuses asserted or shown compactly."""
 
 from __future__ import annotations
 
@@ -11,8 +12,9 @@ from typing import Any
 import torch
 
 import kernelkit as kk
-from kernelkit.results import Status
-from kernelkit.spec import Case, Impl, Op, Size, seeded_normal
+from kernelkit import verify
+from kernelkit.results import CaseResult, Status
+from kernelkit.spec import TOLERANCES, Case, Impl, Op, Size, seeded_normal
 
 FP = (torch.float32, torch.float16, torch.bfloat16)
 CPU_FP = (torch.float32, torch.float16)  # the Triton interpreter computes bfloat16 wrongly
@@ -31,19 +33,47 @@ def expected_on_cpu(backend: str, dtype: torch.dtype, numba_dtypes: tuple[torch.
     return Status.SKIPPED
 
 
-def assert_expected_on_cpu(report: kk.RunReport, numba_dtypes: tuple[torch.dtype, ...] = (torch.float32,)) -> None:
-    """Every result as ``expected_on_cpu`` says for its backend and dtype."""
+def assert_statuses(report: kk.RunReport, expected: Callable[[CaseResult], Status | tuple[Status, str]],
+                    planted: Collection[str] = ()) -> None:
+    """Every result as ``expected(result)`` says: a Status, or (Status, a word its message must hold); the impls
+    in ``planted`` (wrong on purpose) must be INCORRECT_NUMERICS. Every mismatch is listed at once."""
+    assert report.results, "the report has no results"
+    wrong = []
     for r in report.results:
-        expected = expected_on_cpu(r.backend, getattr(torch, r.dtype), numba_dtypes)
-        assert r.status is expected, (r.case_id, r.status, r.message)
+        want = Status.INCORRECT_NUMERICS if r.impl in planted else expected(r)
+        status, word = want if isinstance(want, tuple) else (want, "")
+        if r.status is not status or word not in r.message:
+            wrong.append((r.case_id, r.status.value, f"expected {status.value}" + (f" saying {word!r}" if word else ""),
+                          r.message))
+    assert not wrong, wrong
+
+
+def assert_expected_on_cpu(report: kk.RunReport, numba_dtypes: tuple[torch.dtype, ...] = (torch.float32,), *,
+                           compiled: Collection[torch.dtype] = (), planted: Collection[str] = ()) -> None:
+    """Every result as ``expected_on_cpu`` says for its backend and dtype; a CUDA C++ case in a ``compiled`` dtype
+    (one its impl takes) says that it compiled before it was SKIPPED; the ``planted`` impls INCORRECT_NUMERICS."""
+    def expected(r: CaseResult) -> tuple[Status, str]:
+        dtype = getattr(torch, r.dtype)
+        word = "it compiled" if r.backend == "cuda" and dtype in compiled else ""
+        return expected_on_cpu(r.backend, dtype, numba_dtypes), word
+
+    assert_statuses(report, expected, planted)
 
 
 def assert_runs_on_gpu(report: kk.RunReport, impls: Mapping[str, Impl]) -> None:
     """On a GPU every impl PASSED, except in the dtypes it does not take (SKIPPED)."""
-    for r in report.results:
-        impl = impls[r.impl]
-        runs_here = not impl.dtypes or getattr(torch, r.dtype) in impl.dtypes
-        assert r.status is (Status.PASSED if runs_here else Status.SKIPPED), (r.case_id, r.status, r.message)
+    def expected(r: CaseResult) -> Status:
+        dtypes = impls[r.impl].dtypes
+        return Status.PASSED if not dtypes or getattr(torch, r.dtype) in dtypes else Status.SKIPPED
+
+    assert_statuses(report, expected)
+
+
+def check_on_gpu(target: str, impls: Mapping[str, Impl], **options: Any) -> kk.RunReport:
+    """``kk.check(target, device="cuda", **options)``, asserted as ``assert_runs_on_gpu`` says."""
+    report = kk.check(target, device="cuda", **options)
+    assert_runs_on_gpu(report, impls)
+    return report
 
 
 def assert_every_impl_passed(report: kk.RunReport, impls: Mapping[str, Impl], autotuned: Mapping[str, str]) -> None:
@@ -52,6 +82,16 @@ def assert_every_impl_passed(report: kk.RunReport, impls: Mapping[str, Impl], au
     for r in report.results:
         if r.impl in autotuned:
             assert r.details["autotune"][autotuned[r.impl]]["tuned"] is True, r.case_id
+
+
+def assert_matches_reference(out: Any, reference: Callable[..., Any], *inputs: Any,
+                             tolerance: tuple[float, float] | None = None) -> None:
+    """``out`` against ``reference`` run on the inputs in float64, by the checker's rule: at most ~2x the
+    reference's own error in the inputs' dtype. tolerance: (atol, rtol), default TOLERANCES of the first input."""
+    ref = reference(*[verify.to_reference_precision(t) for t in inputs])
+    atol, rtol = tolerance or TOLERANCES[inputs[0].dtype]
+    comparison = verify.compare(out, ref, atol, rtol, verify.reference_error(reference(*inputs), ref))
+    assert comparison.ok, comparison.describe()
 
 
 def edges_once_per_backend(cases: Sequence[Case], ops: Mapping[str, Op], at_edges: Collection[tuple[str, str]],

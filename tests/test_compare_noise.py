@@ -3,36 +3,26 @@ case, the regression gate (--fail-if-slower, --json) and the comparison table th
 
 from __future__ import annotations
 
-import io
 import json
 from pathlib import Path
 
-import numpy as np
 import pytest
-from rich.console import Console
 from typer.testing import CliRunner
 
 from kernelkit.cli import app
-from kernelkit.measure.measurement import BenchResult, Measurement
+from kernelkit.measure.measurement import BenchResult
 from kernelkit.measure.stats import Ratio
 from kernelkit.results import Status
 from kernelkit.store import DEFAULT_MIN_EFFECT, Store, compare, regressions
 from kernelkit.store.compare import SPREAD_KEY, judge
-
-
-def samples(center: float, rel_noise: float, n: int = 200, seed: int = 0) -> list[float]:
-    rng = np.random.default_rng(seed)
-    return [float(x) for x in center * (1 + rel_noise * rng.standard_normal(n))]
+from resultkit import assert_fits, bench_result, measurement, noisy_samples, render
 
 
 def result(impl: str, times: list[float] | None, *, device: str = "cuda", spread: float | None = None,
            status: Status = Status.PASSED, backend: str = "eager") -> BenchResult:
-    m = None if times is None else Measurement(label=impl, mode="hot", device=device, device_name="test",
-                                               samples=times, first_call=0.1, warmup_calls=3,
-                                               stop_reason="converged")
-    details = {} if spread is None else {SPREAD_KEY: spread}
-    return BenchResult(op="square", impl=impl, backend=backend, size=(64, 64), dtype="float32", device=device,
-                       mode="hot", status=status, measurement=m, details=details)
+    m = None if times is None else measurement(impl, times, device=device, device_name="test")
+    return bench_result(impl, (64, 64), m=m, backend=backend, device=device, status=status,
+                        details={} if spread is None else {SPREAD_KEY: spread})
 
 
 def two_runs(store: Store, pairs: dict[str, tuple[list[float] | None, list[float] | None]], *, device: str = "cuda",
@@ -66,7 +56,7 @@ def test_a_a_comparison_with_drift_is_same_on_cpu_and_gpu(store: Store):
     interval excludes 1.0, so the old rule said faster/slower; the floor says same."""
     drifts = {"a": 1.008, "b": 1.02, "c": 1.04, "d": 0.97}
     for device, allowed in (("cpu", drifts), ("cuda", {"a": 1.008, "b": 1.015, "d": 0.985})):
-        pairs = {impl: (samples(1e-4, 0.002, seed=i), [t * drift for t in samples(1e-4, 0.002, seed=i)])
+        pairs = {impl: (noisy_samples(1e-4, 0.002, seed=i), [t * drift for t in noisy_samples(1e-4, 0.002, seed=i)])
                  for i, (impl, drift) in enumerate(allowed.items())}
         a, b = two_runs(store, pairs, device=device)
         cmp = compare(store, a, b)
@@ -77,14 +67,14 @@ def test_a_a_comparison_with_drift_is_same_on_cpu_and_gpu(store: Store):
 
 
 def test_a_planted_slowdown_beyond_the_floor_is_slower(store: Store):
-    base = samples(1e-4, 0.01, seed=3)
-    a, b = two_runs(store, {"extra_pass": (base, [1.10 * t for t in samples(1e-4, 0.01, seed=4)])})
+    base = noisy_samples(1e-4, 0.01, seed=3)
+    a, b = two_runs(store, {"extra_pass": (base, [1.10 * t for t in noisy_samples(1e-4, 0.01, seed=4)])})
     (change,) = compare(store, a, b).changes
     assert change.verdict == "slower" and change.change == pytest.approx(0.10, abs=0.01)
 
 
 def test_the_floor_given_or_measured_replaces_the_default(store: Store):
-    times = (samples(1e-4, 0.002, seed=1), samples(1.05e-4, 0.002, seed=2))  # 5% slower
+    times = (noisy_samples(1e-4, 0.002, seed=1), noisy_samples(1.05e-4, 0.002, seed=2))  # 5% slower
     a, b = two_runs(store, {"x": times})
     assert compare(store, a, b).changes[0].verdict == "slower"  # the GPU default floor is 2%
     given = compare(store, a, b, min_effect=0.08).changes[0]
@@ -100,9 +90,9 @@ def test_the_gate_catches_slowdowns_beyond_the_threshold_and_broken_cases(store:
     a_run = store.begin_run("kk", {}, device="cuda")
     b_run = store.begin_run("kk", {}, device="cuda")
     for impl, scale in (("five_pct", 1.05), ("one_pct", 1.01), ("faster", 0.8)):
-        store.add_result(a_run, result(impl, samples(1e-4, 0.002, seed=1)))
-        store.add_result(b_run, result(impl, [scale * t for t in samples(1e-4, 0.002, seed=2)]))
-    store.add_result(a_run, result("broke", samples(1e-4, 0.002)))
+        store.add_result(a_run, result(impl, noisy_samples(1e-4, 0.002, seed=1)))
+        store.add_result(b_run, result(impl, [scale * t for t in noisy_samples(1e-4, 0.002, seed=2)]))
+    store.add_result(a_run, result("broke", noisy_samples(1e-4, 0.002)))
     store.add_result(b_run, result("broke", None, status=Status.INCORRECT_NUMERICS))
     cmp = compare(store, a_run, b_run, min_effect=0.5)  # the display floor does not change the gate
     assert [c.impl for c in regressions(cmp, 0.03)] == ["five_pct", "broke"]
@@ -112,12 +102,12 @@ def test_the_gate_catches_slowdowns_beyond_the_threshold_and_broken_cases(store:
 def test_a_wide_spread_raises_the_floor_so_an_a_a_compare_of_tiny_cpu_cases_says_same(store: Store):
     # Two runs of unchanged code, a tiny CPU case at load 2: each run's samples spread by ~30%, the medians of the
     # two runs 40% apart (as measured on the 2-core machine). The default 25% floor would call it slower.
-    noisy_a, noisy_b = samples(1e-5, 0.25, seed=5), [1.4 * t for t in samples(1e-5, 0.25, seed=6)]
+    noisy_a, noisy_b = noisy_samples(1e-5, 0.25, seed=5), [1.4 * t for t in noisy_samples(1e-5, 0.25, seed=6)]
     a, b = two_runs(store, {"tiny": (noisy_a, noisy_b)}, device="cpu")
     (change,) = compare(store, a, b).changes
     assert change.ratio.high < 1  # the interval alone says slower
     assert change.verdict == "same" and change.floor > 0.4 and change.floor_from.startswith("spread (3 x IQR")
-    quiet_a, quiet_b = samples(1e-3, 0.01, seed=7), [1.4 * t for t in samples(1e-3, 0.01, seed=8)]
+    quiet_a, quiet_b = noisy_samples(1e-3, 0.01, seed=7), [1.4 * t for t in noisy_samples(1e-3, 0.01, seed=8)]
     a, b = two_runs(store, {"steady": (quiet_a, quiet_b)}, device="cpu")
     (change,) = compare(store, a, b).changes  # a steady case keeps the default floor: 40% is slower
     assert change.verdict == "slower" and change.floor_from == "default (cpu)"
@@ -126,7 +116,7 @@ def test_a_wide_spread_raises_the_floor_so_an_a_a_compare_of_tiny_cpu_cases_says
 def test_a_kernel_timed_in_a_cpu_stand_in_is_never_faster_or_slower(store: Store):
     # Triton's interpreter on a 2-core machine at load 6: unchanged code read 1.5-4x faster in an A/A compare, its
     # samples steady within each run. Its time follows the machine's load, not the kernel: same, and why.
-    steady_a, steady_b = samples(1e-2, 0.03, seed=9), [0.3 * t for t in samples(1e-2, 0.03, seed=10)]
+    steady_a, steady_b = noisy_samples(1e-2, 0.03, seed=9), [0.3 * t for t in noisy_samples(1e-2, 0.03, seed=10)]
     for backend in ("triton", "numba"):
         a, b = two_runs(store, {"interp": (steady_a, steady_b)}, device="cpu", backend=backend)
         comparison = compare(store, a, b)
@@ -145,10 +135,10 @@ def test_the_gate_judges_impls_not_baselines_unless_asked_and_counts_lost_cases(
     b_run = store.begin_run("kk", {}, device="cuda")
     for impl, role in (("triton_flat", "impl"), ("compile", "baseline")):
         for run, scale, seed in ((a_run, 1.0, 1), (b_run, 1.2, 2)):
-            r = result(impl, [scale * t for t in samples(1e-4, 0.002, seed=seed)])
+            r = result(impl, [scale * t for t in noisy_samples(1e-4, 0.002, seed=seed)])
             r.role = role
             store.add_result(run, r)
-    store.add_result(a_run, result("lost_in_b", samples(1e-4, 0.002)))  # B never ran it (killed, or removed)
+    store.add_result(a_run, result("lost_in_b", noisy_samples(1e-4, 0.002)))  # B never ran it (killed, or removed)
     cmp = compare(store, a_run, b_run)
     assert [c.impl for c in regressions(cmp, 0.03)] == ["triton_flat", "lost_in_b"]
     assert [c.impl for c in regressions(cmp, 0.03, baselines=True)] == ["triton_flat", "compile", "lost_in_b"]
@@ -156,7 +146,7 @@ def test_the_gate_judges_impls_not_baselines_unless_asked_and_counts_lost_cases(
 
 def test_a_run_b_that_lost_every_case_fails_the_gate(store: Store):
     a_run = store.begin_run("kk", {}, device="cuda")
-    store.add_result(a_run, result("triton_flat", samples(1e-4, 0.002)))
+    store.add_result(a_run, result("triton_flat", noisy_samples(1e-4, 0.002)))
     store.finish_run(a_run)
     b_run = store.begin_run("kk", {}, device="cuda")
     store.finish_run(b_run, "interrupted")
@@ -167,8 +157,10 @@ def test_a_run_b_that_lost_every_case_fails_the_gate(store: Store):
 def gated_store(tmp_path: Path) -> Path:
     path = tmp_path / "gate.sqlite"
     with Store.open(path) as store:
-        two_runs(store, {"square_triton_flat": (samples(1e-4, 0.002, seed=1), samples(1.05e-4, 0.002, seed=2)),
-                         "square_cuda_vec4": (samples(1e-4, 0.002, seed=3), samples(1e-4, 0.002, seed=4))})
+        two_runs(store, {
+            "square_triton_flat": (noisy_samples(1e-4, 0.002, seed=1), noisy_samples(1.05e-4, 0.002, seed=2)),
+            "square_cuda_vec4": (noisy_samples(1e-4, 0.002, seed=3), noisy_samples(1e-4, 0.002, seed=4)),
+        })
     return path
 
 
@@ -204,15 +196,6 @@ def test_the_table_says_same_within_noise_shows_the_floor_and_fits_120_columns(g
     assert_fits(out.output)
 
 
-TABLE_EDGES = tuple("┏┃┡│├└┗┣╭╰")
-
-
-def assert_fits(text: str, width: int = 120) -> None:
-    """The tables in ``text`` (printed on a page wider than they are) fit ``width`` columns, no cell cut short."""
-    rows = [line for line in text.splitlines() if line.startswith(TABLE_EDGES)]
-    assert rows, text
-    assert max(len(line) for line in rows) <= width, "\n".join(r for r in rows if len(r) > width)
-    assert not any("…" in line for line in rows), text
 
 
 def test_runs_say_what_a_run_came_to(tmp_path: Path):
@@ -224,12 +207,11 @@ def test_runs_say_what_a_run_came_to(tmp_path: Path):
                                  ([Status.PASSED], None), ([Status.PASSED], "interrupted")):
             run = store.begin_run("kk", {}, device="cpu")
             for i, status in enumerate(statuses):
-                store.add_result(run, result(f"i{i}", None if status.failed else samples(1e-4, 0.01), status=status))
+                times = None if status.failed else noisy_samples(1e-4, 0.01)
+                store.add_result(run, result(f"i{i}", times, status=status))
             if finish:
                 store.finish_run(run, finish)
-        console = Console(file=io.StringIO(), width=200)
-        console.print(runs_table(list(reversed(store.runs())), store.path))
-    text = console.file.getvalue()
+        text = render(runs_table(list(reversed(store.runs())), store.path))
     order = ["finished ", "finished with failures", "(1 of 3)", "failed (all 2)", "incomplete", "interrupted"]
     positions = [text.find(word) for word in order]
     assert all(p >= 0 for p in positions) and positions == sorted(positions), text
@@ -275,8 +257,8 @@ def test_bench_repeat_runs_the_sweep_n_times_and_stores_the_spread_with_the_last
 def test_a_case_timed_too_few_times_is_same_and_never_fails_the_gate(store: Store):
     # A simulated Numba kernel is timed once or twice in a CPU budget: its interval is a point, which excludes 1.0
     # whatever the medians. An A/A compare at load 3 called such cases 8x faster and 5.8x slower.
-    a, b = two_runs(store, {"simulated": ([1.0], [8.0]), "timed": (samples(1e-4, 0.002, seed=1),
-                                                                    samples(1e-4, 0.002, seed=2))}, device="cpu")
+    a, b = two_runs(store, {"simulated": ([1.0], [8.0]), "timed": (noisy_samples(1e-4, 0.002, seed=1),
+                                                                    noisy_samples(1e-4, 0.002, seed=2))}, device="cpu")
     cmp = compare(store, a, b)
     simulated = next(c for c in cmp.changes if c.impl == "simulated")
     assert simulated.verdict == "same" and simulated.floor_from == "too few samples to tell (n=1 and 1)"

@@ -19,6 +19,7 @@ from kernelkit.results import Status
 from kernelkit.runs import bench as sweep
 from kernelkit.runs.bench import SweepReport
 from kernelkit.target import open_target
+from resultkit import even_samples, measurement
 
 TITLES = [step.title for step in demo.tour()]
 
@@ -180,10 +181,9 @@ def test_gpu_sweeps_stay_small():
 
 
 def _measurement(label: str, median_us: float, pct_bw: float | None = None) -> Measurement:
-    samples = [median_us * 1e-6 * (1 + 0.001 * i) for i in range(-10, 11)]
-    return Measurement(label=label, mode="cold", device="cuda", device_name="NVIDIA H100 80GB HBM3", samples=samples,
-                       first_call=0.5, warmup_calls=3, stop_reason="converged", bytes=2 * 4 << 26,
-                       ceiling=Ceiling(bandwidth_gbps=3000.0, pct_bandwidth=pct_bw) if pct_bw else None)
+    ceiling = Ceiling(bandwidth_gbps=3000.0, pct_bandwidth=pct_bw) if pct_bw else None
+    return measurement(label, even_samples(median_us * 1e-6, spread=0.01, n=21), mode="cold", first_call=0.5,
+                       bytes=2 * 4 << 26, ceiling=ceiling)
 
 
 def test_gpu_bench_step_names_the_fastest_impl_against_the_baselines(monkeypatch):

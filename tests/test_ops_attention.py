@@ -10,6 +10,7 @@ The planted ops below reuse the reference and inputs on impls with one bug each;
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from types import SimpleNamespace
 
 import pytest
@@ -20,10 +21,10 @@ import kernelkit as kk
 from kernelkit.errors import BackendUnavailable
 from kernelkit.ops import attention as attention_module
 from kernelkit.ops.attention import function, launch
-from kernelkit.results import Status
+from kernelkit.results import CaseResult, Status
 from kernelkit.spec import seeded_normal
+from opkit import assert_statuses
 
-CPU_FP = [torch.float32, torch.float16]  # the Triton interpreter computes bfloat16 wrongly
 FORWARD_OPS = ["attention", "attention_causal", "attention_gqa"]
 WITH_LSE_OPS = ["attention_with_lse", "attention_causal_with_lse", "attention_gqa_with_lse"]
 BACKWARD_OPS = ["attention_backward", "attention_causal_backward", "attention_gqa_backward"]
@@ -97,26 +98,18 @@ def _planted_dk_unscaled(q, k, v, o, lse, do):
 
 # ---- helpers -------------------------------------------------------------------------------------------------
 
-def _expected(impl: str, device: str, dtype: str) -> tuple[Status, str]:
-    """The status an impl must end in, and a word its SKIPPED message must hold."""
-    if impl in PLANTED:
-        return Status.INCORRECT_NUMERICS, ""
-    if impl.startswith("eager_sdpa") and device == "cpu":
-        return Status.SKIPPED, "CUDA kernel"
-    if impl.startswith("triton") and device == "cuda" and dtype == "float32":
-        return Status.SKIPPED, "interpreter"
-    return Status.PASSED, ""
+def _expected_on(device: str) -> Callable[[CaseResult], tuple[Status, str]]:
+    """The status each (not planted) impl must end in on ``device``, and a word its message must hold."""
+    def expected(r: CaseResult) -> tuple[Status, str]:
+        if r.impl.startswith("eager_sdpa") and device == "cpu":
+            return Status.SKIPPED, "CUDA kernel"
+        if r.impl.startswith("eager_sdpa") and r.status is Status.SKIPPED:
+            return Status.SKIPPED, "refuses"  # a backend that declines the case, nothing else
+        if r.impl.startswith("triton") and device == "cuda" and r.dtype == "float32":
+            return Status.SKIPPED, "interpreter"
+        return Status.PASSED, ""
 
-
-def _assert_statuses(report: kk.RunReport, device: str) -> None:
-    assert report.results
-    for r in report.results:
-        if device == "cuda" and r.impl.startswith("eager_sdpa") and r.status is Status.SKIPPED:
-            assert "refuses" in r.message, (r.case_id, r.message)  # a backend that declines the case, nothing else
-            continue
-        status, word = _expected(r.impl, device, r.dtype)
-        assert r.status is status, (r.case_id, r.status, r.message)
-        assert word in r.message, (r.case_id, r.message)
+    return expected
 
 
 def _inputs(size, dtype=torch.float32, seed=0, causal=True):
@@ -131,7 +124,7 @@ def _check_on_cpu(name: str) -> list:
     results = []
     for size, dtype in ((op.cpu_sizes[0], torch.float16), (op.cpu_sizes[-1], torch.float32)):
         report = kk.check(name, device="cpu", isolate=False, sizes=[size], dtypes=[dtype])
-        _assert_statuses(report, "cpu")
+        assert_statuses(report, _expected_on("cpu"), PLANTED)
         results += report.results
     assert len(results) == 2 * len(op.impls)
     return results
@@ -152,7 +145,7 @@ def test_every_backward_impl_on_cpu(name: str, cpu_process: None) -> None:
 def test_planted_bugs_fail_on_cpu(cpu_process: None) -> None:
     report = kk.check(__file__, device="cpu", isolate=False)
     assert {r.impl for r in report.results} == PLANTED
-    _assert_statuses(report, "cpu")
+    assert_statuses(report, _expected_on("cpu"), PLANTED)
 
 
 # ---- CPU: the references and the cost model -----------------------------------------------------------------
@@ -203,7 +196,7 @@ def test_flops_count_causal_as_half_and_backward_as_two_and_a_half() -> None:
 def test_every_training_forward_impl_saves_the_right_lse_on_cpu(name: str, cpu_process: None) -> None:
     report = kk.check(name, device="cpu", isolate=False, dtypes=[torch.float32])  # fp32: lse checked to 1e-5
     assert {r.impl for r in report.results} == {"eager_naive", "triton_online", "triton_flash", "triton_flash_tma"}
-    _assert_statuses(report, "cpu")
+    assert_statuses(report, _expected_on("cpu"), PLANTED)
     q, k, v = attention_module.forward_inputs((1, 2, 9, 16), torch.float16, CPU, 0)
     o, lse = attention_module.__dict__[name].reference(q, k, v)
     assert (o.dtype, lse.dtype, lse.shape) == (torch.float16, torch.float32, q.shape[:3])
@@ -369,13 +362,13 @@ def test_flash_attention_is_differentiable_and_compiles_fullgraph(cpu_process: N
 def test_every_impl_at_the_default_sizes_on_gpu(name: str) -> None:
     report = kk.check(name, device="cuda", dtypes=[torch.bfloat16, torch.float16, torch.float32])
     assert {r.impl for r in report.results} == set(attention_module.__dict__[name].impls)
-    _assert_statuses(report, "cuda")
+    assert_statuses(report, _expected_on("cuda"), PLANTED)
 
 
 @pytest.mark.gpu
 @pytest.mark.slow
 def test_planted_bugs_fail_on_gpu() -> None:
-    _assert_statuses(kk.check(__file__, device="cuda"), "cuda")
+    assert_statuses(kk.check(__file__, device="cuda"), _expected_on("cuda"), PLANTED)
 
 
 @pytest.mark.gpu

@@ -24,7 +24,7 @@ from opkit import (
     NoLaunch,
     assert_every_impl_passed,
     assert_expected_on_cpu,
-    assert_runs_on_gpu,
+    check_on_gpu,
     misaligned,
     permuted,
     summary,
@@ -180,23 +180,18 @@ def test_fused_impls_reject_a_bias_that_does_not_fit(impl: str) -> None:
 # ---- GPU: each case in a spawned worker, so this process's CPU-mode environment cannot leak in -------------
 
 
-def _check_on_gpu(target: str, impls: list[str]) -> kk.RunReport:
-    report = kk.check(target, impls=impls, device="cuda")
-    assert_runs_on_gpu(report, IMPLS)
-    return report
-
-
 @pytest.mark.gpu
 @pytest.mark.slow
 def test_every_impl_on_large_tensors_on_gpu() -> None:
-    report = _check_on_gpu("bias_gelu", list(IMPLS))  # 1823x781, 1x4097, 4096x4096, 8192x3072; fp32, bf16, fp16
+    # 1823x781, 1x4097, 4096x4096, 8192x3072; fp32, bf16, fp16
+    report = check_on_gpu("bias_gelu", IMPLS, impls=list(IMPLS))
     assert_every_impl_passed(report, IMPLS, {"triton_fused": "bias_gelu_fused_kernel"})
 
 
 @pytest.mark.gpu
 @pytest.mark.slow
 def test_non_contiguous_and_misaligned_inputs_on_gpu() -> None:
-    report = _check_on_gpu(__file__, list(IMPLS))
+    report = check_on_gpu(__file__, IMPLS, impls=list(IMPLS))
     assert {r.op for r in report.results} == {"bias_gelu_permuted", "bias_gelu_misaligned"}
     assert {(r.impl, r.dtype) for r in report.results if r.status is Status.PASSED} >= {
         ("cuda_fused_vec", dtype_name(dtype)) for dtype in FP}

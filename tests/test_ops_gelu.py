@@ -23,7 +23,6 @@ import torch
 import torch.nn.functional as F
 
 import kernelkit as kk
-from kernelkit import verify
 from kernelkit.ops import gelu as gelu_module
 from kernelkit.results import Status
 from kernelkit.runs.check import plan
@@ -32,6 +31,7 @@ from opkit import (
     FP,
     NoLaunch,
     assert_expected_on_cpu,
+    assert_matches_reference,
     each_input,
     edges_once_per_backend,
     misaligned,
@@ -354,14 +354,6 @@ def test_extremes_in_every_impl_on_gpu() -> None:
                 _check_extremes(f"{name}/{impl.name}", impl.fn, dtype, "cuda", huge=impl.backend != "eager")
 
 
-def _assert_matches_reference(op: Op, out: torch.Tensor, inputs: Sequence[torch.Tensor]) -> None:
-    refs = op.reference(*[x.double() for x in inputs])
-    lo = op.reference(*inputs)
-    atol, rtol = op.tolerance_for(out.dtype)
-    comparison = verify.compare(out, refs, atol, rtol, verify.reference_error(lo, refs))
-    assert comparison.ok, comparison.describe()
-
-
 @pytest.mark.gpu
 @pytest.mark.parametrize("offset", [0, 1, 3, 8])  # aligned; 1 and 3 elements off 16 B; 8 elements: aligned again
 @pytest.mark.parametrize("dtype", FP)
@@ -373,7 +365,8 @@ def test_cuda_vec_at_every_alignment_and_tail_on_gpu(offset: int, dtype: torch.d
         x, dy = (b[offset:offset + n] for b in bases)
         for name, op in OPS.items():
             inputs = (x, dy) if "backward" in name else (x,)
-            _assert_matches_reference(op, op.impls["cuda_vec"].fn(*inputs), inputs)
+            assert_matches_reference(op.impls["cuda_vec"].fn(*inputs), op.reference, *inputs,
+                                     tolerance=op.tolerance_for(dtype))
 
 
 @pytest.mark.gpu
@@ -385,4 +378,5 @@ def test_offsets_past_2_to_the_31_on_gpu(impl: str) -> None:
     x = torch.randn(n, device="cuda", dtype=torch.bfloat16)
     y = OPS["gelu"].impls[impl].fn(x)
     for part in (slice(0, 4096), slice(2**31 - 4096, 2**31 + 4096), slice(n - 4096, n)):
-        _assert_matches_reference(OPS["gelu"], y[part], (x[part],))
+        assert_matches_reference(y[part], OPS["gelu"].reference, x[part],
+                                 tolerance=OPS["gelu"].tolerance_for(x.dtype))

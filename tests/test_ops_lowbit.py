@@ -12,12 +12,12 @@ import pytest
 import torch
 
 import kernelkit as kk
-from kernelkit import verify
 from kernelkit.ops import lowbit
 from kernelkit.ops.lowbit import inputs as lowbit_inputs
 from kernelkit.ops.lowbit import launch, packing, quantization, torch_packed
 from kernelkit.results import Status
-from kernelkit.spec import TOLERANCES, seeded_normal
+from kernelkit.spec import seeded_normal
+from opkit import assert_matches_reference
 
 try:  # the GPU machine may lack hypothesis: only the property tests need it
     from hypothesis import given, settings
@@ -34,17 +34,6 @@ QUANTIZATIONS = [(4, 128, False), (8, None, True), (2, 64, False), (4, 32, True)
 
 def _inputs(bits, group_size, symmetric, size, dtype, seed=0, device=CPU):
     return lowbit_inputs.seeded_inputs(bits, group_size, symmetric)(size, dtype, torch.device(device), seed)
-
-
-def _assert_matches_reference(out: torch.Tensor, bits: int, *args) -> None:
-    """out against the reference in float64, by the checker's rule (at most ~2x the reference's own error in
-    the case dtype)."""
-    op = lowbit.OPS[bits]
-    ref = op.reference(*[verify.to_reference_precision(a) for a in args])
-    low = op.reference(*args)
-    atol, rtol = TOLERANCES[args[0].dtype]
-    comparison = verify.compare(out, ref, atol, rtol, verify.reference_error(low, ref))
-    assert comparison.ok, comparison.describe()
 
 
 # ---- packing ----------------------------------------------------------------------------------------------
@@ -175,7 +164,7 @@ def test_every_kernel_matches_the_reference_in_the_interpreter(quantization: int
                 continue  # a row of programs per row of x: 17 rows cost ~2 s here (the test below has them)
             out = op.impls[name].fn(*args)
             assert out.shape == (size[0], size[1]) and out.dtype == dtype, name
-            _assert_matches_reference(out, bits, *args)
+            assert_matches_reference(out, lowbit.OPS[bits].reference, *args)
 
 
 @pytest.mark.parametrize("split_k", [1, 4])
@@ -192,7 +181,7 @@ def test_gemv_with_and_without_split_k_on_ragged_n_and_k(split_k: int, cpu_proce
                                                       (8, None, True, (2, 33, 100), torch.float32)]:
         args = _inputs(bits, group_size, symmetric, size, dtype)
         first = lowbit.OPS[bits].impls["triton_gemv"].fn(*args)
-        _assert_matches_reference(first, bits, *args)
+        assert_matches_reference(first, lowbit.OPS[bits].reference, *args)
         if split_k > 1:  # nothing left behind: a second call computes the same (its workspace is its own)
             assert torch.equal(lowbit.OPS[bits].impls["triton_gemv"].fn(*args), first)
 
@@ -230,7 +219,7 @@ def test_leading_dimensions_and_non_contiguous_activations(cpu_process) -> None:
     for name in ("triton_auto", "triton_gemv", "eager_dequant"):
         out = lowbit.linear_w4.impls[name].fn(x3, packed, scales, zeros, group_size)
         assert out.shape == (2, 3, 24)
-        _assert_matches_reference(out.view(6, 24), 4, x, packed, scales, zeros, group_size)
+        assert_matches_reference(out.view(6, 24), lowbit.OPS[4].reference, x, packed, scales, zeros, group_size)
 
 
 def test_empty_outputs_launch_nothing_and_an_empty_k_gives_zeros(monkeypatch) -> None:
@@ -291,9 +280,9 @@ def test_split_k_fills_the_machine_without_empty_splits() -> None:
 def test_torch_int4pack_and_int8pack_match_the_reference_on_cpu() -> None:
     for dtype in (torch.float32, torch.float16, torch.bfloat16):
         args = _inputs(4, 32, False, (3, 32, 128), dtype)
-        _assert_matches_reference(lowbit.linear_w4.impls["eager_int4pack_mm"].fn(*args), 4, *args)
+        assert_matches_reference(lowbit.linear_w4.impls["eager_int4pack_mm"].fn(*args), lowbit.OPS[4].reference, *args)
         args = _inputs(8, None, True, (3, 24, 112), dtype)
-        _assert_matches_reference(lowbit.linear_w8.impls["eager_int8pack_mm"].fn(*args), 8, *args)
+        assert_matches_reference(lowbit.linear_w8.impls["eager_int8pack_mm"].fn(*args), lowbit.OPS[8].reference, *args)
     args = _inputs(8, None, True, (3, 24, 104), torch.bfloat16)  # K = 8 mod 16: PyTorch's CPU kernel is wrong there
     with pytest.raises(kk.BackendUnavailable, match="multiple of 16"):
         lowbit.linear_w8.impls["eager_int8pack_mm"].fn(*args)
@@ -434,7 +423,7 @@ def test_every_kernel_at_every_path_on_gpu(bits, group_size, symmetric, dtype) -
                  (300, 1000, 1000), (1024, 1024, 2048)]:
         args = _inputs(bits, group_size, symmetric, size, dtype, device="cuda")
         for name in (*TRITON, "triton_auto"):
-            _assert_matches_reference(op.impls[name].fn(*args), bits, *args)
+            assert_matches_reference(op.impls[name].fn(*args), op.reference, *args)
 
 
 @pytest.mark.gpu

@@ -15,12 +15,21 @@ import pytest
 import torch
 
 import kernelkit as kk
-from kernelkit import verify
 from kernelkit.backends.sass import disassemble, find_tool
 from kernelkit.ops import softmax as softmax_module
 from kernelkit.results import Status
-from kernelkit.spec import TOLERANCES, seeded_normal
-from opkit import CPU_FP, FP, KernelSpy, NoLaunch, expected_on_cpu, non_contiguous, variant
+from kernelkit.spec import seeded_normal
+from opkit import (
+    CPU_FP,
+    FP,
+    KernelSpy,
+    NoLaunch,
+    assert_expected_on_cpu,
+    assert_matches_reference,
+    assert_statuses,
+    non_contiguous,
+    variant,
+)
 
 # Tiny CPU shapes (the interpreter runs ~1 ms per program), each at an edge. No N = 1: every softmax row is then
 # [1.0] and every backward row [0.0], outputs a constant would match, so the check calls such a case WEAK.
@@ -92,31 +101,6 @@ def _planted_no_dot(y, dy):
     return y * dy
 
 
-def _expected_on_cpu(impl: str, backend: str, dtype: torch.dtype) -> Status:
-    return Status.INCORRECT_NUMERICS if impl in PLANTED else expected_on_cpu(backend, dtype)
-
-
-def _assert_statuses(report: kk.RunReport, expected) -> None:
-    assert report.results
-    for r in report.results:
-        want = expected(r.impl, r.backend, getattr(torch, r.dtype))
-        assert r.status is want, (r.case_id, r.status, r.message)
-        if r.backend == "cuda" and r.status is Status.SKIPPED:
-            assert "it compiled" in r.message, r.message
-
-
-def _assert_matches_reference(out: torch.Tensor, reference, *inputs: torch.Tensor) -> None:
-    """out against ``reference`` run in float64, by the checker's rule (at most ~2x torch's own error)."""
-    ref = reference(*[t.double() for t in inputs])
-    atol, rtol = TOLERANCES[inputs[0].dtype]
-    comparison = verify.compare(out, ref, atol, rtol, verify.reference_error(reference(*inputs), ref))
-    assert comparison.ok, comparison.describe()
-
-
-
-
-
-
 # ---- CPU: the checker -------------------------------------------------------------------------------------
 
 
@@ -125,7 +109,7 @@ def test_every_impl_at_edge_shapes_on_cpu(cpu_process: None) -> None:
         report = kk.check(op, device="cpu", isolate=False, sizes=CPU_SHAPES, dtypes=list(FP))
         assert len(report.results) == len(impls) * len(CPU_SHAPES) * len(FP)
         assert {r.op for r in report.results} == {op}
-        _assert_statuses(report, _expected_on_cpu)
+        assert_expected_on_cpu(report, compiled=FP, planted=PLANTED)
 
 
 def test_huge_masked_and_non_contiguous_inputs_and_planted_bugs_on_cpu(cpu_process: None) -> None:
@@ -135,10 +119,10 @@ def test_huge_masked_and_non_contiguous_inputs_and_planted_bugs_on_cpu(cpu_proce
     assert {r.op for r in report.results} == {"softmax_large", "softmax_masked", "softmax_permuted",
                                               "softmax_backward_permuted"}
     assert {r.impl for r in report.results} >= PLANTED
-    _assert_statuses(report, _expected_on_cpu)
+    assert_expected_on_cpu(report, compiled=FP, planted=PLANTED)
     # Normal logits cannot catch the missing max subtraction: that is what the huge ones are for.
     x = seeded_normal((7, 33), torch.float32, "cpu", 0)
-    _assert_matches_reference(_planted_no_max(x), softmax_module.softmax.reference, x)
+    assert_matches_reference(_planted_no_max(x), softmax_module.softmax.reference, x)
 
 
 # ---- CPU: the references ----------------------------------------------------------------------------------
@@ -208,7 +192,7 @@ def test_minus_infinity_entries(impl: str, cpu_process: None) -> None:
         assert (y[0, ::2] == 0).all() and abs(float(y[0].double().sum()) - 1) <= _SUM_TOLERANCE[dtype]
         assert y[1, 0] == 1 and (y[1, 1:] == 0).all()
         assert y[2].isnan().all()
-        _assert_matches_reference(y[3], softmax_module.softmax.reference, x[3])
+        assert_matches_reference(y[3], softmax_module.softmax.reference, x[3])
 
 
 def test_rows_of_one_element(cpu_process: None) -> None:
@@ -236,7 +220,7 @@ def test_triton_rowwise_hands_long_rows_to_the_looped_kernels(cpu_process: None,
         spy.used.clear()
         out = op.impls["triton_rowwise"].fn(*inputs)
         assert spy.used == [kernel], (op.name, n_cols, spy.used)
-        _assert_matches_reference(out, op.reference, *inputs)
+        assert_matches_reference(out, op.reference, *inputs)
 
 
 def test_launch_heuristics() -> None:
@@ -281,23 +265,19 @@ def test_cuda_kernels_compile_for_sm90_without_spills(cpu_process: None, can_com
 # ---- GPU: each case in a spawned worker, so this process's CPU-mode environment cannot leak in -------------
 
 
-def _expected_on_gpu(impl: str, backend: str, dtype: torch.dtype) -> Status:
-    return Status.INCORRECT_NUMERICS if impl in PLANTED else Status.PASSED
-
-
 @pytest.mark.gpu
 @pytest.mark.slow
 def test_every_impl_at_the_default_sizes_on_gpu() -> None:
     for op, impls in (("softmax", FWD), ("softmax_backward", BWD)):
         report = kk.check(op, device="cuda")  # edges, a row past one block, one past each register limit
         assert {r.impl for r in report.results} == set(impls)
-        _assert_statuses(report, _expected_on_gpu)
+        assert_statuses(report, lambda r: Status.PASSED, PLANTED)
 
 
 @pytest.mark.gpu
 @pytest.mark.slow
 def test_huge_masked_and_non_contiguous_inputs_and_planted_bugs_on_gpu() -> None:
-    _assert_statuses(kk.check(__file__, device="cuda"), _expected_on_gpu)
+    assert_statuses(kk.check(__file__, device="cuda"), lambda r: Status.PASSED, PLANTED)
 
 
 @pytest.mark.gpu
@@ -310,8 +290,8 @@ def test_every_path_of_the_kernels_on_gpu(offset: int, dtype: torch.dtype) -> No
         base = seeded_normal((rows * n_cols + offset,), dtype, "cuda", n_cols)
         x = base[offset:].view(rows, n_cols)
         for name in ("triton_rowwise", "triton_online", "cuda_warp"):
-            _assert_matches_reference(FWD[name].fn(x), softmax_module.softmax.reference, x)
+            assert_matches_reference(FWD[name].fn(x), softmax_module.softmax.reference, x)
         y = torch.empty_like(base)[offset:].view(rows, n_cols).copy_(softmax_module.softmax(x))  # as x is
         dy = seeded_normal((rows * n_cols + offset,), dtype, "cuda", n_cols + 1)[offset:].view(rows, n_cols)
         for name in ("triton_rowwise", "cuda_warp"):
-            _assert_matches_reference(BWD[name].fn(y, dy), softmax_module.softmax_backward.reference, y, dy)
+            assert_matches_reference(BWD[name].fn(y, dy), softmax_module.softmax_backward.reference, y, dy)

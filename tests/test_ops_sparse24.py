@@ -25,8 +25,9 @@ import kernelkit as kk
 from kernelkit.ops import sparse24 as sp
 from kernelkit.ops.sparse24 import checks, cusparselt, patterns
 from kernelkit.ops.sparse24.module import SparseLinear
-from kernelkit.results import Status
+from kernelkit.results import CaseResult, Status
 from kernelkit.spec import seeded_normal
+from opkit import assert_statuses, expected_on_cpu
 
 CPU_FP = (torch.float32, torch.float16)  # the Triton interpreter computes bfloat16 wrongly
 ROWWISE = sp.sparsify24.impls  # not the ops themselves: kk.check(__file__) would check them a second time
@@ -150,20 +151,11 @@ def greedy_transposable(x: torch.Tensor) -> torch.Tensor:
     return pruned.permute(0, 2, 1, 3).reshape(n_rows, n_cols)
 
 
-def _assert_statuses(report: kk.RunReport, expected) -> None:
-    wrong = [(r.op, r.impl, r.size, r.dtype, r.status.value, r.message) for r in report.results
-             if r.status is not expected(r)]
-    assert report.results and not wrong, wrong
-
-
-def _expected_on_cpu(result) -> Status:
-    if result.impl in PLANTED:
-        return Status.INCORRECT_NUMERICS
-    if result.backend == "triton" and result.dtype == "bfloat16":
+def _on_cpu(r: CaseResult) -> Status:
+    """As opkit.expected_on_cpu; linear24's sparse impls need a GPU."""
+    if r.op == "linear24" and r.impl != "eager_dense":
         return Status.SKIPPED
-    if result.op == "linear24" and result.impl != "eager_dense":
-        return Status.SKIPPED
-    return Status.PASSED
+    return expected_on_cpu(r.backend, getattr(torch, r.dtype))
 
 
 # ---- CPU: the checker -----------------------------------------------------------------------------------------
@@ -175,7 +167,7 @@ def test_every_impl_at_edge_shapes_on_cpu(cpu_process: None) -> None:
         report = kk.check(op, device="cpu", isolate=False, dtypes=dtypes)
         sizes = getattr(sp, op).cpu_sizes
         assert len(report.results) == len(impls) * len(sizes) * len(dtypes), op
-        _assert_statuses(report, _expected_on_cpu)
+        assert_statuses(report, _on_cpu, PLANTED)
     skipped = {r.impl: r.message for r in report.results if r.status is Status.SKIPPED and r.dtype == "float16"}
     assert all("cuSPARSELt" in skipped[i] for i in ("cusparselt", "cusparselt_direct", "cusparselt_fused_t")), skipped
     assert "compute capability 8.x" in skipped["cutlass"], skipped
@@ -186,7 +178,7 @@ def test_ties_zeros_non_contiguous_inputs_and_planted_sparsifiers_on_cpu(cpu_pro
     assert not _permuted_inputs((8, 36), torch.float32, "cpu", 0)[0].is_contiguous()
     report = kk.check(__file__, device="cpu", isolate=False)
     assert {r.impl for r in report.results} >= PLANTED | {"eager_topk", "triton_rowwise", "triton_blocks"}
-    _assert_statuses(report, _expected_on_cpu)
+    assert_statuses(report, _on_cpu, PLANTED)
 
 
 # ---- CPU: the references, the tie rule, the errors --------------------------------------------------------------
@@ -474,10 +466,9 @@ def test_linear24_cost_model() -> None:
 # ---- GPU --------------------------------------------------------------------------------------------------------
 
 
-def _expected_on_gpu(result) -> Status:
-    if result.impl in PLANTED:
-        return Status.INCORRECT_NUMERICS
-    if result.impl == "cutlass" and torch.cuda.get_device_capability()[0] != 8:
+def _on_gpu(r: CaseResult) -> Status:
+    """cutlass takes compute capability 8.x only."""
+    if r.impl == "cutlass" and torch.cuda.get_device_capability()[0] != 8:
         return Status.SKIPPED
     return Status.PASSED
 
@@ -487,13 +478,13 @@ def _expected_on_gpu(result) -> Status:
 def test_every_impl_at_the_default_sizes_on_gpu() -> None:
     for op in ("sparsify24", "sparsify24_transposable", "linear24"):
         # A first call compiles and autotunes four tiles per dtype: more than the default 60 s case clock allows.
-        _assert_statuses(kk.check(op, device="cuda", timeout=300), _expected_on_gpu)
+        assert_statuses(kk.check(op, device="cuda", timeout=300), _on_gpu, PLANTED)
 
 
 @pytest.mark.gpu
 @pytest.mark.slow
 def test_ties_zeros_non_contiguous_and_planted_on_gpu() -> None:
-    _assert_statuses(kk.check(__file__, device="cuda", timeout=300), _expected_on_gpu)
+    assert_statuses(kk.check(__file__, device="cuda", timeout=300), _on_gpu, PLANTED)
 
 
 @pytest.mark.gpu

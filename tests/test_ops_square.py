@@ -22,7 +22,7 @@ from opkit import (
     NoLaunch,
     assert_every_impl_passed,
     assert_expected_on_cpu,
-    assert_runs_on_gpu,
+    check_on_gpu,
     each_input,
     edges_once_per_backend,
     misaligned,
@@ -115,23 +115,17 @@ def test_empty_input_gives_empty_output_without_a_launch(shape: tuple[int, ...],
 # ---- GPU: each case in a spawned worker, so this process's CPU-mode environment cannot leak in -------------
 
 
-def _check_on_gpu(target: str) -> kk.RunReport:
-    report = kk.check(target, device="cuda")
-    assert_runs_on_gpu(report, IMPLS)
-    return report
-
-
 @pytest.mark.gpu
 @pytest.mark.slow
 def test_every_impl_on_large_tensors_on_gpu() -> None:
-    report = _check_on_gpu("square")  # 4096x4096, 1823x781, 1x4097 in fp32, bf16, fp16
+    report = check_on_gpu("square", IMPLS)  # 4096x4096, 1823x781, 1x4097 in fp32, bf16, fp16
     assert_every_impl_passed(report, IMPLS, {"triton_flat": "square_flat_kernel"})
 
 
 @pytest.mark.gpu
 @pytest.mark.slow
 def test_non_contiguous_and_misaligned_inputs_on_gpu() -> None:
-    report = _check_on_gpu(__file__)
+    report = check_on_gpu(__file__, IMPLS)
     assert {r.op for r in report.results} == {"square_permuted", "square_misaligned"}
     assert {(r.impl, r.dtype) for r in report.results if r.status is Status.PASSED} >= {
         ("cuda_vec4", dtype_name(dtype)) for dtype in FP}

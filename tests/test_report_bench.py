@@ -12,7 +12,6 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
-from rich.console import Console
 
 from kernelkit.errors import BackendUnavailable
 from kernelkit.measure.measurement import BenchResult, Ceiling, Measurement
@@ -20,33 +19,24 @@ from kernelkit.measure.stats import speedup
 from kernelkit.report import bench_table as bt
 from kernelkit.report import export, plot
 from kernelkit.results import Status
+from resultkit import H100, bench_result, even_samples, measurement, render
 
 COPY_GBPS = 3012.0
 SIZES = [(4096, 4096), (256, 256), (1024, 1024)]  # out of order on purpose: views sort by bytes
 
 
-def samples(median: float, spread: float = 0.02, n: int = 41) -> list[float]:
-    """n evenly spaced samples within median*(1 -+ spread): median exact, p20/p80 at median*(1 -+ 0.6*spread)."""
-    return [median * (1 + spread * (2 * i / (n - 1) - 1)) for i in range(n)]
-
-
-def measurement(seconds: float, *, nbytes: int | None = None, flops: int | None = None, ceiling: Ceiling | None = None,
-                device: str = "cuda", spread: float = 0.02, **kw) -> Measurement:
-    name = "NVIDIA H100 80GB HBM3" if device == "cuda" else "cpu"
-    return Measurement("x", "hot", device, name, samples(seconds, spread), first_call=seconds * 100, warmup_calls=10,
-                       stop_reason=kw.pop("stop_reason", "converged"), bytes=nbytes, flops=flops, ceiling=ceiling, **kw)
-
-
-def result(impl: str, size=(1024, 1024), dtype="float32", *, m: Measurement | None = None, op="square",
-           status=Status.PASSED, role="impl", device="cuda", **kw) -> BenchResult:
-    return BenchResult(op, impl, impl.split("_")[0], size, dtype, device, "hot", status, role=role, measurement=m, **kw)
+def measured(seconds: float, *, nbytes: int | None = None, flops: int | None = None, ceiling: Ceiling | None = None,
+             device: str = "cuda", spread: float = 0.02, **kw) -> Measurement:
+    return measurement("x", even_samples(seconds, spread), device=device,
+                       device_name=H100 if device == "cuda" else "cpu", first_call=seconds * 100, warmup_calls=10,
+                       bytes=nbytes, flops=flops, ceiling=ceiling, **kw)
 
 
 def square_case(size, gbps: float, dtype="float32", device="cuda", spread=0.02) -> Measurement:
     """A memory-bound square at ``gbps``: read + write one tensor of ``size``."""
     nbytes = 2 * math.prod(size) * (4 if dtype == "float32" else 2)
     ceiling = Ceiling(bandwidth_gbps=COPY_GBPS, pct_bandwidth=100 * gbps / COPY_GBPS)
-    return measurement(nbytes / gbps / 1e9, nbytes=nbytes, ceiling=ceiling, device=device, spread=spread)
+    return measured(nbytes / gbps / 1e9, nbytes=nbytes, ceiling=ceiling, device=device, spread=spread)
 
 
 def bench_results() -> list[BenchResult]:
@@ -55,19 +45,20 @@ def bench_results() -> list[BenchResult]:
     for size in SIZES:
         eager, tri, comp = square_case(size, 1500), square_case(size, 2500), square_case(size, 2000)
         out += [
-            result("eager", size, m=eager),
-            result("triton_flat", size, m=tri, speedups={"eager": speedup(eager.samples, tri.samples),
-                                                        "compile": speedup(comp.samples, tri.samples)}),
-            result("compile", size, m=comp, role="baseline", speedups={"eager": speedup(eager.samples, comp.samples)}),
+            bench_result("eager", size, m=eager),
+            bench_result("triton_flat", size, m=tri, speedups={"eager": speedup(eager.samples, tri.samples),
+                                                              "compile": speedup(comp.samples, tri.samples)}),
+            bench_result("compile", size, m=comp, role="baseline",
+                         speedups={"eager": speedup(eager.samples, comp.samples)}),
         ]
-    out += [result("triton_flat", s, "float16", m=square_case(s, 2400, "float16")) for s in SIZES[:2]]
+    out += [bench_result("triton_flat", s, "float16", m=square_case(s, 2400, "float16")) for s in SIZES[:2]]
     mm_ceiling = Ceiling(COPY_GBPS, 746.0, "bf16", pct_bandwidth=20.0, pct_flops=70.0)
-    out.append(result("triton_mm", (4096, 4096, 4096), "bfloat16", op="matmul",
-                      m=measurement(2 * 4096**3 / 522e12, nbytes=3 * 2 * 4096**2, flops=2 * 4096**3,
+    out.append(bench_result("triton_mm", (4096, 4096, 4096), "bfloat16", op="matmul",
+                      m=measured(2 * 4096**3 / 522e12, nbytes=3 * 2 * 4096**2, flops=2 * 4096**3,
                                     ceiling=mm_ceiling)))
-    out.append(result("cuda_vec4", (256, 256), status=Status.INCORRECT_NUMERICS,
+    out.append(bench_result("cuda_vec4", (256, 256), status=Status.INCORRECT_NUMERICS,
                       message="12 of 65536 elements differ; [0, 3]: got 1\nfirst mismatches: ..."))
-    out.append(result("numba_flat", (256, 256), status=Status.SKIPPED, message="numba is not installed"))
+    out.append(bench_result("numba_flat", (256, 256), status=Status.SKIPPED, message="numba is not installed"))
     return out
 
 
@@ -86,7 +77,7 @@ def test_json_roundtrips_every_result_with_raw_samples(tmp_path: Path):
 
 
 def test_json_is_strict_when_a_statistic_is_undefined(tmp_path: Path):
-    two = result("eager", m=Measurement("x", "hot", "cpu", "cpu", [1e-3, 2e-3], 1e-2, 1, "budget"))
+    two = bench_result("eager", m=Measurement("x", "hot", "cpu", "cpu", [1e-3, 2e-3], 1e-2, 1, "budget"))
     assert math.isinf(two.measurement.stats.rse)  # 2 samples: no standard error
 
     def refuse(name: str):
@@ -144,7 +135,7 @@ def test_plot_writes_one_png_and_svg_per_op_and_dtype(tmp_path: Path):
 
 
 def test_plot_keeps_devices_apart(tmp_path: Path):
-    cpu = [result("eager", s, m=square_case(s, 20, device="cpu"), device="cpu") for s in SIZES]
+    cpu = [bench_result("eager", s, m=square_case(s, 20, device="cpu"), device="cpu") for s in SIZES]
     cuda = [r for r in bench_results() if r.op == "square" and r.dtype == "float32"]
     names = {p.name for p in plot.plot_results(cuda + cpu, tmp_path)}
     assert names == {f"square_float32_hot_{d}.{ext}" for d in ("cpu", "cuda") for ext in ("png", "svg")}
@@ -182,22 +173,22 @@ def test_figure_shows_tflops_for_compute_bound_ops_and_says_cpu_timings():
     assert "TFLOP/s" in ax.get_ylabel()
     assert ax.get_lines()[0].get_ydata()[0] == pytest.approx(522)
 
-    cpu = [result("eager", s, m=square_case(s, 20, device="cpu"), device="cpu") for s in SIZES]
+    cpu = [bench_result("eager", s, m=square_case(s, 20, device="cpu"), device="cpu") for s in SIZES]
     title = plot.build_figure(cpu).axes[0].get_title()
     assert "square" in title and "float32" in title and "hot" in title and "CPU timings" in title
     assert "CPU timings" not in plot.build_figure(mm).axes[0].get_title()
 
 
 def test_metric_choice_follows_the_closer_ceiling():
-    memory_bound = result("x", m=measurement(1e-3, nbytes=10**9, flops=10**9,
+    memory_bound = bench_result("x", m=measured(1e-3, nbytes=10**9, flops=10**9,
                                              ceiling=Ceiling(COPY_GBPS, 50.0, pct_bandwidth=33.0, pct_flops=2.0)))
     assert plot.choose_metric([memory_bound]) is plot.GBPS
-    assert plot.choose_metric([result("x", m=measurement(1e-3, flops=10**9))]) is plot.TFLOPS
-    assert plot.choose_metric([result("x", m=measurement(1e-3))]) is plot.TIME
+    assert plot.choose_metric([bench_result("x", m=measured(1e-3, flops=10**9))]) is plot.TFLOPS
+    assert plot.choose_metric([bench_result("x", m=measured(1e-3))]) is plot.TIME
 
 
 def test_given_ceilings_fill_in_for_results_without_one():
-    uncalibrated = [result("eager", s, m=measurement(1e-3, nbytes=math.prod(s) * 8)) for s in SIZES]
+    uncalibrated = [bench_result("eager", s, m=measured(1e-3, nbytes=math.prod(s) * 8)) for s in SIZES]
     assert len(plot.build_figure(uncalibrated).axes[0].get_lines()) == 1
     given = plot.build_figure(uncalibrated, ceilings={"float32": Ceiling(bandwidth_gbps=2000.0)})
     assert "copy ceiling 2000 GB/s (calibrated)" in [line.get_label() for line in given.axes[0].get_lines()]
@@ -218,12 +209,6 @@ def test_report_modules_import_without_matplotlib_or_side_effects():
 
 
 # --- terminal table ---
-
-
-def render(table) -> str:
-    console = Console(record=True, width=200)
-    console.print(table)
-    return console.export_text()
 
 
 def test_table_rows_verdicts_and_failed_messages():
@@ -249,9 +234,9 @@ def test_table_verdicts_slower_and_same_with_ci():
     base = square_case((256, 256), 2000)
     slow, same = square_case((256, 256), 1800, spread=0.01), square_case((256, 256), 2000)
     table = bt.bench_table([
-        result("eager", m=base),
-        result("triton_slow", m=slow, speedups={"eager": speedup(base.samples, slow.samples)}),
-        result("triton_same", m=same, speedups={"eager": speedup(base.samples, same.samples)}),
+        bench_result("eager", m=base),
+        bench_result("triton_slow", m=slow, speedups={"eager": speedup(base.samples, slow.samples)}),
+        bench_result("triton_same", m=same, speedups={"eager": speedup(base.samples, same.samples)}),
     ], show_ci=True)
     text = render(table)
     assert "0.90x slower [" in text and "1.00x ~ [" in text
@@ -261,9 +246,9 @@ def test_table_verdicts_slower_and_same_with_ci():
 
 def test_table_flags_suspect_rates_and_explains_doubtful_rows():
     ceiling = Ceiling(bandwidth_gbps=COPY_GBPS, pct_bandwidth=134.0)
-    m = measurement(1e-5, nbytes=40_000_000, ceiling=ceiling, stop_reason="budget", spread=0.2,
+    m = measured(1e-5, nbytes=40_000_000, ceiling=ceiling, stop_reason="budget", spread=0.2,
                     clocks_mhz=[1500.0] * 41, max_clock_mhz=1980.0, warnings=["a", "b"], dropped=3)
-    text = render(bt.bench_table([result("cuda_skip", m=m)]))
+    text = render(bt.bench_table([bench_result("cuda_skip", m=m)]))
     assert "SUSPECT 134% bw" in text
     assert bt.ceiling_text(m) == "[bold red]SUSPECT 134% bw[/]"
     assert "stopped: budget" in text
@@ -272,7 +257,7 @@ def test_table_flags_suspect_rates_and_explains_doubtful_rows():
 
 
 def test_table_caption_says_cpu_timings():
-    cpu = [result("eager", s, m=square_case(s, 20, device="cpu"), device="cpu") for s in SIZES]
+    cpu = [bench_result("eager", s, m=square_case(s, 20, device="cpu"), device="cpu") for s in SIZES]
     assert "CPU timings: not GPU performance" in render(bt.bench_table(cpu))
 
 

@@ -13,7 +13,7 @@ import torch
 
 import kernelkit as kk
 import pagekit
-from kernelkit.measure.measurement import BenchResult, Ceiling, Measurement
+from kernelkit.measure.measurement import BenchResult
 from kernelkit.measure.stats import Ratio, speedup
 from kernelkit.report.html import RunData, load_run, render_report, write_report
 from kernelkit.report.html_plots import roofline_points
@@ -21,8 +21,8 @@ from kernelkit.report.html_tables import repro_command
 from kernelkit.results import Status
 from kernelkit.store import CaseChange, EnvDiff, RunComparison, RunInfo, Store
 from pagekit import Node, parse
+from resultkit import H100, bench_result, ceiling_at, even_samples, measurement
 
-H100 = "NVIDIA H100 80GB HBM3"
 COPY_GBPS = 3000.0
 PEAKS = {"float32": (51.0, "fp32"), "float16": (750.0, "fp16"), "bfloat16": (750.0, "bf16")}
 ITEMSIZE = {"float32": 4, "float16": 2, "bfloat16": 2}
@@ -34,21 +34,12 @@ SECTIONS = ("environment", "results", "plots", "roofline", "statuses", "diff")
 # --- fake runs ---
 
 
-def samples(median: float, n: int = 41, spread: float = 0.02) -> list[float]:
-    """n evenly spaced samples within median*(1 -+ spread): the median is exact."""
-    return [median * (1 + spread * (2 * i / (n - 1) - 1)) for i in range(n)]
-
-
 def timed(op: str, impl: str, size: tuple[int, ...], dtype: str, seconds: float, nbytes: int, flops: int, *,
           role: str = "impl", n: int = 41, **kw) -> BenchResult:
     """A PASSED result timed at ``seconds`` per call, with its % of the ceilings worked out from the cost model."""
-    peak, kind = PEAKS[dtype]
-    ceiling = Ceiling(COPY_GBPS, peak, kind, pct_bandwidth=100 * nbytes / seconds / 1e9 / COPY_GBPS,
-                      pct_flops=100 * flops / seconds / 1e12 / peak)
-    m = Measurement(impl, "cold", "cuda", H100, samples(seconds, n), first_call=seconds * 50, warmup_calls=10,
-                    stop_reason="converged", bytes=nbytes, flops=flops, ceiling=ceiling)
-    return BenchResult(op, impl, impl.split("_")[0], size, dtype, "cuda", "cold", Status.PASSED, role=role,
-                       measurement=m, **kw)
+    m = measurement(impl, even_samples(seconds, n=n), mode="cold", first_call=seconds * 50, warmup_calls=10,
+                    bytes=nbytes, flops=flops, ceiling=ceiling_at(seconds, nbytes, flops, COPY_GBPS, *PEAKS[dtype]))
+    return bench_result(impl, size, dtype, m=m, op=op, role=role, **kw)
 
 
 def elementwise(op: str, impl: str, size: tuple[int, ...], dtype: str, pct: float, **kw) -> BenchResult:

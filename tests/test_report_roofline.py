@@ -9,15 +9,13 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
-from rich.console import Console
 
-from kernelkit.measure.measurement import BenchResult, Ceiling, Measurement
+from kernelkit.measure.measurement import BenchResult, Ceiling
 from kernelkit.report import bench_table as bt
 from kernelkit.report import export, plot, roofline
 from kernelkit.report.html import RunData, render_report
-from kernelkit.results import Status
+from resultkit import bench_result, ceiling_at, even_samples, measurement, render
 
-H100 = "NVIDIA H100 80GB HBM3"
 COPY_GBPS = 3000.0
 PEAKS = {"float32": (50.0, "fp32"), "bfloat16": (750.0, "bf16"), "fp8": (1500.0, "fp8")}
 
@@ -30,16 +28,10 @@ def timed(op: str, impl: str, size: tuple[int, ...], dtype: str, pct_of_roof: fl
     ai = flops / nbytes if flops else 0.0
     roof_tflops = min(COPY_GBPS * ai / 1e3, peak) if flops else None
     seconds = (flops / (roof_tflops * 1e12) if flops else nbytes / (COPY_GBPS * 1e9)) / (pct_of_roof / 100)
-    ceiling = None
-    if calibrated:
-        ceiling = Ceiling(COPY_GBPS, peak if flops else None, kind if flops else "",
-                          pct_bandwidth=100 * nbytes / seconds / 1e9 / COPY_GBPS,
-                          pct_flops=100 * flops / seconds / 1e12 / peak if flops else None)
-    samples = [seconds * (1 + 0.02 * (2 * i / 40 - 1)) for i in range(41)]
-    m = Measurement(impl, "cold", "cuda", H100, samples, first_call=seconds * 10, warmup_calls=5,
-                    stop_reason="converged", bytes=nbytes, flops=flops, ceiling=ceiling, peak_bytes=peak_bytes)
-    return BenchResult(op, impl, impl.split("_")[0], size, dtype, "cuda", "cold", Status.PASSED, role=role,
-                       measurement=m)
+    ceiling = ceiling_at(seconds, nbytes, flops, COPY_GBPS, peak, kind) if calibrated else None
+    m = measurement(impl, even_samples(seconds), mode="cold", first_call=seconds * 10, warmup_calls=5, bytes=nbytes,
+                    flops=flops, ceiling=ceiling, peak_bytes=peak_bytes)
+    return bench_result(impl, size, dtype, m=m, op=op, role=role)
 
 
 def square(impl: str, n: int, pct: float, **kw) -> BenchResult:
@@ -104,15 +96,9 @@ def test_fp8_compares_with_its_compute_dtypes_ceiling():
 # --- table and CSV ---
 
 
-def render(table) -> str:
-    console = Console(record=True, width=220)
-    console.print(table)
-    return console.export_text()
-
-
 def test_table_says_which_ceiling_binds_and_the_percent_of_it():
     results = [square("triton_flat", 1 << 24, 80), matmul("cublas", 4096, 90), matmul("tiny", 64, 50)]
-    text = render(bt.bench_table(results))
+    text = render(bt.bench_table(results), width=220)
     header = next(line for line in text.splitlines() if "impl" in line)
     assert "bound" in header and header.index("bound") < header.index("% of ceiling")
     assert "peak mem" not in header  # measured by nobody: no column
@@ -121,7 +107,7 @@ def test_table_says_which_ceiling_binds_and_the_percent_of_it():
     assert "memory" in row["triton_flat"] and "80% bw" in row["triton_flat"]
     assert "compute" in row["cublas"] and "90% flops" in row["cublas"]
     assert "memory" in row["tiny"] and "50% bw" in row["tiny"]
-    uncalibrated = render(bt.bench_table([square("x", 1024, 50, calibrated=False)]))
+    uncalibrated = render(bt.bench_table([square("x", 1024, 50, calibrated=False)]), width=220)
     assert "bound" not in uncalibrated
 
 
@@ -129,7 +115,7 @@ def test_table_and_csv_show_peak_memory_where_measured(tmp_path: Path):
     results = [softmax("eager_naive", 4096, 4096, 40, peak_bytes=256 << 20),
                softmax("triton_online", 4096, 4096, 80, peak_bytes=32 << 20),
                softmax("cpu_thing", 4096, 4096, 80)]
-    text = render(bt.bench_table(results))
+    text = render(bt.bench_table(results), width=220)
     assert "peak mem" in text and "256 MiB" in text and "32.0 MiB" in text
     with export.write_csv(results, tmp_path / "r.csv").open(newline="") as f:
         rows = {row["impl"]: row for row in csv.DictReader(f)}

@@ -5,35 +5,16 @@ measures the layout, not a run."""
 
 from __future__ import annotations
 
-import io
-
 import pytest
-from rich.console import Console
 
 from kernelkit.measure.measurement import BenchResult, Ceiling, Measurement
 from kernelkit.measure.stats import Ratio
 from kernelkit.results import CaseResult, Status
 from kernelkit.spec import BASELINES, dtype_name
+from resultkit import assert_fits, measurement, render
 
 WIDTH = 120
-EDGES = tuple("┏┃┡│├└┗┣╭╰")
-
-
-def render(*renderables: object, print_with=None) -> str:
-    console = Console(file=io.StringIO(), width=400, color_system=None)
-    for r in renderables:
-        console.print(r)
-    if print_with is not None:
-        print_with(console)
-    return console.file.getvalue()
-
-
-def assert_fits(text: str) -> None:
-    rows = [line.rstrip() for line in text.splitlines() if line.startswith(EDGES)]
-    assert rows, text
-    wide = [r for r in rows if len(r) > WIDTH]
-    assert not wide, f"{len(wide[0])} columns:\n" + "\n".join(wide[:3])
-    assert not any("…" in r for r in rows), text
+PAGE = 400  # wider than any table wants: what a table does at WIDTH is its own choice
 
 
 @pytest.fixture(scope="module")
@@ -51,12 +32,11 @@ def _sizes(op):
     return sorted(sizes, key=lambda s: len("x".join(map(str, s))), reverse=True)[:2]
 
 
-def _measurement(impl: str, device: str) -> Measurement:
-    m = Measurement(label=impl, mode="cold", device=device, device_name="NVIDIA H100 80GB HBM3",
-                    samples=[123.4e-3, 150e-3, 99.9e-3, 130e-3] * 5, first_call=1.0, warmup_calls=3,
-                    stop_reason="budget", bytes=10**12, flops=10**15)
-    m.ceiling = Ceiling(bandwidth_gbps=3000.0, tflops=900.0, flops_kind="bf16", pct_bandwidth=134.0, pct_flops=99.0)
-    return m
+def _longest_measurement(impl: str, device: str) -> Measurement:
+    return measurement(impl, [123.4e-3, 150e-3, 99.9e-3, 130e-3] * 5, mode="cold", device=device, first_call=1.0,
+                       stop_reason="budget", bytes=10**12, flops=10**15,
+                       ceiling=Ceiling(bandwidth_gbps=3000.0, tflops=900.0, flops_kind="bf16", pct_bandwidth=134.0,
+                                       pct_flops=99.0))
 
 
 def bench_results(op, device: str = "cuda") -> list[BenchResult]:
@@ -69,7 +49,7 @@ def bench_results(op, device: str = "cuda") -> list[BenchResult]:
                                 Status.INCORRECT_NUMERICS if failed else Status.PASSED,
                                 role="baseline" if impl in BASELINES else "impl",
                                 message="the last timed call's output is wrong: 4032 of 4096 elements differ" * failed,
-                                measurement=None if failed else _measurement(impl, device))
+                                measurement=None if failed else _longest_measurement(impl, device))
                 if not failed and impl not in BASELINES:
                     r.speedups = {name: Ratio(1234.5, 1200.0, 1300.0) for name in BASELINES}
                 out.append(r)
@@ -81,10 +61,10 @@ def test_the_default_bench_table_fits_on_every_builtin_op(builtin_ops):
 
     for op in builtin_ops:
         results = bench_results(op)
-        text = render(bench_table(results, wide=False), *note_lines(results))
-        assert_fits(text)
+        text = render(bench_table(results, wide=False), *note_lines(results), width=PAGE)
+        assert_fits(text, WIDTH)
         assert "1234x ↑" in text and "INCORRECT" in text and "NUMERICS" in text and "note " in text
-    wide = render(bench_table(bench_results(builtin_ops[0]), wide=True))
+    wide = render(bench_table(bench_results(builtin_ops[0]), wide=True), width=PAGE)
     assert "p20-p80" in wide and "notes" in wide  # --wide: every column
 
 
@@ -102,8 +82,8 @@ def test_the_default_check_table_fits_on_every_builtin_op(builtin_ops):
                     r.details = {"autotune": {f"{impl}_kernel": {"config": "BLOCK_SIZE=1024, num_warps=4",
                                                                    "tuning_s": 1.5}}}
                     results.append(r)
-        text = render(print_with=lambda c, rs=results: print_report(c, rs, "cuda", len(rs)))
-        assert_fits(text)
+        text = render(print_with=lambda c, rs=results: print_report(c, rs, "cuda", len(rs)), width=PAGE)
+        assert_fits(text, WIDTH)
         assert "note " in text and "BLOCK_SIZE=1024" in text
 
 
@@ -126,8 +106,8 @@ def test_the_default_compare_runs_and_calibrate_tables_fit(builtin_ops, tmp_path
                     store.add_result(run, r)
             store.finish_run(run)
         result = compare(store, -2, -1)
-        assert_fits(render(print_with=lambda c: print_comparison(c, result)))
-        assert_fits(render(runs_table(store.runs(), store.path)))
+        assert_fits(render(print_with=lambda c: print_comparison(c, result), width=PAGE), WIDTH)
+        assert_fits(render(runs_table(store.runs(), store.path), width=PAGE), WIDTH)
     note = {"what": "torch.mm(a, b, out=c)", "size": "8192x8192x8192", "mode": "hot", "n": 41, "iqr_rel": 0.031,
             "shortage": "only 20.1 GiB free: buffers of 8.05 GiB instead of 2 GiB; 1.2x the L2, so the copy rate "
                         "may include cache hits"}
@@ -135,7 +115,7 @@ def test_the_default_compare_runs_and_calibrate_tables_fit(builtin_ops, tmp_path
                         {"copy": {**note, "what": "y.copy_(x)", "buffer_bytes": 2**31}, "fp32": note, "tf32": note,
                          "bf16": note, "fp8": {"skipped": "fp8 needs sm_89 or newer"}},
                         "2026-11-23T15:02:11+00:00")
-    assert_fits(render(ceilings_table(ceilings)))
+    assert_fits(render(ceilings_table(ceilings), width=PAGE), WIDTH)
 
 
 def test_the_ops_table_fits(capsys):
@@ -145,4 +125,4 @@ def test_the_ops_table_fits(capsys):
 
     result = CliRunner().invoke(app, ["ops"])
     assert result.exit_code == 0
-    assert_fits(result.output)
+    assert_fits(result.output, WIDTH)

@@ -12,30 +12,24 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from kernelkit.measure.measurement import BenchResult, Ceiling, Measurement
+from kernelkit.measure.measurement import BenchResult, Ceiling
 from kernelkit.measure.stats import Ratio
 from kernelkit.results import Status
 from kernelkit.store import APPLICATION_ID, SCHEMA_VERSION, Store, StoreError, compare, default_store_path
+from resultkit import bench_result, measurement, noisy_samples
 
 SRC = str(Path(__file__).resolve().parents[1] / "src")
 ENV = {"gpu": "NVIDIA H100 80GB HBM3", "driver": "580.65", "cuda": "13.0", "torch": "2.11.0", "triton": "3.6.0",
        "clocks": {"sm_max_mhz": 1980}, "git_commit": "abc123"}
 
 
-def samples(center: float, rel_noise: float, n: int = 200, seed: int = 0) -> list[float]:
-    """n synthetic timings around ``center`` seconds with a normal relative spread ``rel_noise``."""
-    rng = np.random.default_rng(seed)
-    return [float(x) for x in center * (1 + rel_noise * rng.standard_normal(n))]
-
-
 def result(impl: str = "triton_flat", times: list[float] | None = None, *, status: Status = Status.PASSED,
            size: tuple[int, ...] = (4096, 4096), mode: str = "hot", message: str = "") -> BenchResult:
     m = None
     if times is not None:
-        m = Measurement(label=impl, mode=mode, device="cuda", device_name=ENV["gpu"], samples=times, first_call=0.2,
-                        warmup_calls=25, stop_reason="converged", bytes=2 * 4096 * 4096 * 4)
-    return BenchResult(op="square", impl=impl, backend="triton", size=size, dtype="float32", device="cuda",
-                       mode=mode, status=status, message=message, measurement=m)
+        m = measurement(impl, times, mode=mode, device_name=ENV["gpu"], first_call=0.2, warmup_calls=25,
+                        bytes=2 * 4096 * 4096 * 4)
+    return bench_result(impl, size, m=m, backend="triton", mode=mode, status=status, message=message)
 
 
 @pytest.fixture
@@ -205,7 +199,7 @@ def filled_store(path: Path, n: int = 40) -> None:
     with Store.open(path) as s:
         run = s.begin_run("kk", ENV)
         for i in range(n):
-            s.add_result(run, result(f"impl{i}", samples(1e-4, 0.01, n=100, seed=i)))
+            s.add_result(run, result(f"impl{i}", noisy_samples(1e-4, 0.01, n=100, seed=i)))
         s.finish_run(run)
 
 
@@ -244,12 +238,12 @@ def test_compare_calls_changes_only_when_the_interval_excludes_one(store: Store)
     a = store.begin_run("kk bench square", ENV)
     b = store.begin_run("kk bench square", {**ENV, "driver": "590.10", "git_commit": "def456",
                                             "clocks": {"sm_max_mhz": 1755}})
-    base = samples(100e-6, 0.01, seed=1)
+    base = noisy_samples(100e-6, 0.01, seed=1)
     for run, scale, seed in ((a, 1.0, 2), (b, 0.8, 3)):  # B 20% faster
-        store.add_result(run, result("faster", samples(100e-6 * scale, 0.01, seed=seed)))
+        store.add_result(run, result("faster", noisy_samples(100e-6 * scale, 0.01, seed=seed)))
     for run, scale, seed in ((a, 1.0, 4), (b, 1.25, 5)):  # B 25% slower
-        store.add_result(run, result("slower", samples(100e-6 * scale, 0.01, seed=seed)))
-    noisy = samples(100e-6, 0.20, n=30, seed=6)  # B 1% slower under 20% noise: no detectable change
+        store.add_result(run, result("slower", noisy_samples(100e-6 * scale, 0.01, seed=seed)))
+    noisy = noisy_samples(100e-6, 0.20, n=30, seed=6)  # B 1% slower under 20% noise: no detectable change
     store.add_result(a, result("same", noisy))
     store.add_result(b, result("same", [1.01 * t for t in reversed(noisy)]))
     store.add_result(a, result("only_a", base))
@@ -286,7 +280,7 @@ def test_compare_calls_changes_only_when_the_interval_excludes_one(store: Store)
 
 def test_compare_of_a_run_with_itself_is_all_same_and_unknown_runs_are_refused(store: Store):
     run = store.begin_run("kk", ENV)
-    store.add_result(run, result("x", samples(1e-4, 0.02)))
+    store.add_result(run, result("x", noisy_samples(1e-4, 0.02)))
     cmp = compare(store, run, run)
     assert [c.verdict for c in cmp.changes] == ["same"] and cmp.env_diffs == []
     with pytest.raises(StoreError, match="no run 42"):
