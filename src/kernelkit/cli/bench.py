@@ -137,6 +137,7 @@ def bench_command(
             opened.close()
     idle = "" if report.interrupted or report.store_error else nothing_ran(report.results, "was timed")
     if idle:  # every case was skipped: a machine that cannot run them (a task's inputs made on a GPU, on a CPU)
+        _write_outputs(report.results, report.env, json_path, csv_path, None)
         err.print(f"[bold red]error:[/] {escape(idle)}", highlight=False, soft_wrap=True)
         raise typer.Exit(EXIT_USAGE)
     shown = [r for r in report.results if r.status is not Status.SKIPPED]
