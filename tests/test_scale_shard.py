@@ -100,13 +100,16 @@ def test_gpus_and_ray_together_are_refused():
 class InProcessWorker:
     """runner.Worker's interface, running each job here: the scheduler's logic without process start-ups.
     ``crash_on`` (slot index -> job number) makes that job CRASHED; ``sick`` slots then fail the probe;
-    ``wait_for`` (a slot index) holds every other slot's first job until that slot has taken one, so a test that
-    needs a slot to work does not depend on how the threads happen to be scheduled."""
+    ``wait_for`` (a slot index) holds every other slot's first job until that slot has taken one, and with
+    ``wait_jobs`` = n every other slot's second job until it has taken n (a crash, its probe, then work), so a test
+    that needs a slot to work does not depend on how the threads happen to be scheduled."""
 
     crash_on: dict[int, int] = {}
     sick: set[int] = set()
     wait_for: int | None = None
+    wait_jobs: int = 0
     started: threading.Event = threading.Event()
+    resumed: threading.Event = threading.Event()
 
     def __init__(self, device, log_path, env=None):
         self.device, self.env, self.process, self.jobs = device, dict(env or {}), None, 0
@@ -116,8 +119,12 @@ class InProcessWorker:
         self.jobs += 1
         if self.slot == self.wait_for:
             self.started.set()
+            if self.jobs >= self.wait_jobs:
+                self.resumed.set()
         elif self.wait_for is not None and self.jobs == 1:
             assert self.started.wait(30), f"slot {self.wait_for} never took a job"
+        elif self.wait_for is not None and self.wait_jobs and self.jobs == 2:
+            assert self.resumed.wait(30), f"slot {self.wait_for} never took {self.wait_jobs} jobs"
         if isinstance(job, shard.ProbeJob) and self.slot in self.sick:
             return job.failed(self.device, Status.CRASHED, "the device is gone")
         if self.crash_on.get(self.slot) == self.jobs:
@@ -134,7 +141,9 @@ def in_process(monkeypatch, cpu_process):
     monkeypatch.setattr(InProcessWorker, "crash_on", {})
     monkeypatch.setattr(InProcessWorker, "sick", set())
     monkeypatch.setattr(InProcessWorker, "wait_for", None)
+    monkeypatch.setattr(InProcessWorker, "wait_jobs", 0)
     monkeypatch.setattr(InProcessWorker, "started", threading.Event())
+    monkeypatch.setattr(InProcessWorker, "resumed", threading.Event())
     target = open_target(OPS, "cpu")
     return target.cases(impls=["eager_add"])
 
@@ -165,7 +174,9 @@ def test_merged_results_equal_one_slot_s_and_groups_stay_on_one_slot(in_process)
 
 
 def test_a_crash_costs_its_case_only_and_a_healthy_slot_goes_on(in_process):
-    InProcessWorker.crash_on, InProcessWorker.wait_for = {1: 1}, 1
+    # Slot 1's first job crashes, its second is the probe of a fresh worker, its third is work: slot 0 holds its
+    # second job until then, so slot 1 finds work left whatever the load.
+    InProcessWorker.crash_on, InProcessWorker.wait_for, InProcessWorker.wait_jobs = {1: 1}, 1, 3
     two, failures = _spread(in_process, TWO)
     assert not failures and len(two) == len(in_process)
     crashed = [r for r in two if r.status is Status.CRASHED]
