@@ -23,8 +23,9 @@ reads every import statement and holds the code to this; no two modules import e
     demo/           the guided tour; kernelkit/__init__.py, this face: the public names, each loaded on first use
     runs/           the drivers: check.py (plan, run each case as a CheckJob, spread), bench.py (one loop over
                     (op, size, dtype) groups, strict or plain), strict.py / strict_bench.py (strict mode's judging
-                    side), repeat.py, verdicts.py (a format's own verdicts), export.py, early.py (slow builds started
-                    first)
+                    side), repeat.py, verdicts.py (a format's own verdicts), early.py (slow builds started first),
+                    export.py with standalone.py, carry.py and syntax.py (an impl's own code copied into a file that
+                    runs without kernelkit)
     scale/          beyond one worker: a run's groups over this host's GPUs (--gpus) or a Ray cluster (--ray)
     runner.py       Worker: isolated worker processes (a crash, hang or lost CUDA context ends one job, not the run);
                     what a worker sends back is data only (wire.py); reuse_workers() keeps them for the next run
