@@ -42,9 +42,9 @@ def get_init_inputs():
 
 def test_how_many_workers_a_level_gets(monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setattr(verdicts.os, "sched_getaffinity", lambda pid: set(range(16)), raising=False)
-    assert [parallel_workers(n, "cuda") for n in (1, 5, 6, 9, 100)] == [1, 1, 2, 3, 4]
+    assert [parallel_workers(n) for n in (1, 5, 6, 9, 100)] == [1, 1, 2, 3, 4]
     monkeypatch.setattr(verdicts.os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
-    assert parallel_workers(100, "cpu") == 1  # two cores: the draws would only take turns
+    assert parallel_workers(100) == 1  # two cores: the draws would only take turns
 
 
 def test_verdicts_on_two_workers_keep_plan_order_and_retry_out_of_memory_alone(tmp_path: Path):

@@ -113,7 +113,8 @@ def _check(result: CaseResult, op: Op, impl: Impl, case: Case, device: str) -> N
         return
     del outs, snapshot
     # The probes (inputs untouched: the impl did not write them); a one-element output's constant probe needs the
-    # second set's answer and runs after it.
+    # second set's answer and runs after it, where every output has one element (with larger outputs beside it,
+    # their references are let go by then, and that probe is not made).
     trivial = verify.weak_probes(inputs, refs, los, atol, rtol, errors=errors)
     single = [(r, lo, e) for r, lo, e in zip(refs, los, errors, strict=True) if lo.numel() == 1]
     del inputs, refs, los
@@ -149,7 +150,8 @@ def _let_go_if_big(op: Op, case: Case, dtype: torch.dtype, device: str) -> None:
         return
     key = (id(op), op.name, tuple(case.size), dtype, device, case.seed)
     made = _references.get(key)
-    if made is not None and _made_bytes(made) * 4 > torch.cuda.get_device_properties(0).total_memory:
+    total = torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory
+    if made is not None and _made_bytes(made) * 4 > total:
         del _references[key]
         gc.collect()
         torch.cuda.empty_cache()

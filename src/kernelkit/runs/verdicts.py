@@ -25,7 +25,7 @@ MAX_PARALLEL = 4  # workers at once on one device: each holds a problem's inputs
 MIN_PER_WORKER = 3  # verdicts per worker before another is worth its start-up (importing torch, starting CUDA)
 
 
-def parallel_workers(planned: int, device: str) -> int:
+def parallel_workers(planned: int) -> int:
     """How many workers reach ``planned`` verdicts: one per MIN_PER_WORKER, at most MAX_PARALLEL and half the
     cores (the draws themselves use one core each)."""
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
@@ -51,7 +51,7 @@ def run_verdicts(
         for i in left:
             outcomes[i] = planned[i].job.execute(device)
     else:
-        count = workers if workers is not None else parallel_workers(len(left), device)
+        count = workers if workers is not None else parallel_workers(len(left))
         _reach(planned, left, outcomes, device, timeout, count)
         again = [i for i, o in enumerate(outcomes) if o is not None and _out_of_memory(o) and count > 1]
         _reach(planned, again, outcomes, device, timeout, 1)  # alone: the memory the others held is free
