@@ -5,9 +5,11 @@ a solution file defines ``ModelNew`` with the same constructor and forward signa
 (``src/kernelbench/eval.py`` at commit 423217d, March 2026) does, and so does this module:
 
 - ``torch.manual_seed(42)``, then ``init = get_init_inputs()``; ``torch.manual_seed(42)`` again before constructing
-  each of ``Model(*init)`` and ``ModelNew(*init)`` (on the CPU, then moved to the device and cast to the
-  precision). The weights are shared only through that seed: no state_dict is copied, so a ModelNew that creates
-  its parameters in another order or another way gets other weights, as it would in KernelBench.
+  each of ``Model(*init)`` and ``ModelNew(*init)`` (KernelBench: on the CPU, then moved to the device and cast to
+  the precision; here on the case's device with the default inputs_on="device", where a 4 GiB Linear initialises
+  in milliseconds instead of ~13 s, so other weights from the same seed; on the CPU with inputs_on="cpu"). The
+  weights are shared only through that seed: no state_dict is copied, so a ModelNew that creates its parameters
+  in another order or another way gets other weights, as it would in KernelBench.
 - Inputs: ``torch.manual_seed(s)``, then ``get_inputs()``, drawn on the case's device (KernelBench draws on the
   CPU and moves them: a level-1 problem's 6 GiB input takes 6 s to draw there, milliseconds on a GPU; other
   numbers, as seeded). Here ``s`` is the case's seed; only floating tensors take the case's dtype (KernelBench casts
@@ -130,9 +132,10 @@ def move(value: Any, device: torch.device | str, dtype: torch.dtype | None) -> A
 class Models:
     """The models of one problem, built lazily per (role, device, dtype) the way KernelBench builds them."""
 
-    def __init__(self, problem: Problem, precision: torch.dtype) -> None:
+    def __init__(self, problem: Problem, precision: torch.dtype, build_on: InputsOn = "cpu") -> None:
         self.problem = problem
         self.precision = precision
+        self.build_on = build_on
         self._init: list[Any] | None = None
         self._made: dict[tuple[str, str, torch.dtype], torch.nn.Module] = {}
         self._stochastic: bool | None = None
@@ -147,11 +150,26 @@ class Models:
         key = (role, str(device), dtype)
         if key not in self._made:
             init = [move(x, device, dtype) for x in self.init_inputs()]
-            # On the meta device (FLOPs counted from shapes, measure.count) the model is built there: no weights
-            with torch.no_grad(), seeded(KERNELBENCH_SEED), _building_on(device):
-                model = cls(*init)
+            model = self._build(cls, init, device)
             self._made[key] = model.to(device=device, dtype=dtype) if isinstance(model, torch.nn.Module) else model
         return self._made[key]
+
+    def _build(self, cls: type, init: list[Any], device: torch.device) -> Any:
+        """``cls(*init)`` from KernelBench's seed: on the meta device there (FLOPs counted from shapes, no weights);
+        on the case's device with build_on="device" (a 32768x32768 Linear initialises in milliseconds there and in
+        ~13 s on one CPU core), falling back to the CPU where the constructor cannot run on the device; else on the
+        CPU, as KernelBench builds."""
+        here = device.type == "meta" or (self.build_on == "device" and device.type != "cpu")
+        if here:
+            try:
+                with torch.no_grad(), torch.random.fork_rng(devices=cuda_indices(device)), torch.device(device):
+                    torch.manual_seed(KERNELBENCH_SEED)
+                    return cls(*init)
+            except Exception:  # noqa: BLE001 - a constructor that needs the CPU (numpy, .item()) is built there
+                if device.type == "meta":
+                    raise
+        with torch.no_grad(), seeded(KERNELBENCH_SEED):
+            return cls(*init)
 
     def stochastic(self, device: torch.device) -> bool:
         """Whether the reference's output depends on the RNG: an active Dropout, or a random draw in forward
@@ -196,16 +214,6 @@ def draws_in_forward(cls: type) -> bool:
         return False
     code = "\n".join(line.split("#", 1)[0] for line in source.splitlines())
     return bool(_RANDOM_CALL.search(code))
-
-
-@contextmanager
-def _building_on(device: torch.device) -> Iterator[None]:
-    """Modules built on the meta device when ``device`` is meta; where KernelBench builds them (the CPU) else."""
-    if device.type != "meta":
-        yield
-        return
-    with torch.device("meta"):
-        yield
 
 
 def _placement(inputs: Sequence[Any], default: torch.dtype) -> tuple[torch.device, torch.dtype]:
@@ -259,7 +267,7 @@ def problem_op(
     if inputs_on not in ("cpu", "device"):
         raise SpecError(f"inputs_on must be 'cpu' or 'device', got {inputs_on!r}")
     size = input_shape(problem)
-    models = Models(problem, precision)
+    models = Models(problem, precision, inputs_on)
 
     def make_inputs(case_size: Size, dtype: torch.dtype, device: torch.device, seed: int) -> tuple[Any, ...]:
         if tuple(case_size) != size:
