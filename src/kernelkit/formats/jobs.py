@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+import torch
+
 from kernelkit import wire
 from kernelkit.errors import describe_exception
 from kernelkit.formats import gpumode, kernelbench
@@ -53,6 +55,7 @@ class VerdictJob:
     solution: str | None = None
     precision: str = "float32"
     tolerance: float | None = None
+    trials: tuple[int, ...] | None = None  # KernelBench: only these trials (one part of a split verdict)
 
     def execute(self, device: str, on_built: Callable[[], None] | None = None) -> VerdictOutcome:
         """The verdict; ``on_built`` is called once the problem is loaded and again before each trial or spec: in a
@@ -69,10 +72,25 @@ class VerdictJob:
                 on_built()
             verdict = kernelbench_verdict(problem, self.solution or problem.model, device=device,
                                           precision=parse_dtype(self.precision), tolerance=self.tolerance,
-                                          on_call=on_built)
+                                          on_call=on_built, only=self.trials)
             return VerdictOutcome(Status.PASSED, verdict)
         except Exception as exc:  # noqa: BLE001 - the job's failure is its outcome
             return VerdictOutcome(Status.RUNTIME_ERROR, message=describe_exception(exc))
+
+    def failed(self, device: str, status: Status, message: str, log: str = "") -> VerdictOutcome:
+        return VerdictOutcome(status, message=message, log=log)
+
+
+@dataclass(frozen=True)
+class MemoryProbe:
+    """The free and total memory of the device a worker runs on, in bytes (``details``), read there: the caller
+    need not start CUDA itself to plan how many verdicts fit beside each other."""
+
+    def execute(self, device: str, on_built: Callable[[], None] | None = None) -> VerdictOutcome:
+        if device.startswith("cuda") and torch.cuda.is_available():
+            free, total = torch.cuda.mem_get_info()
+            return VerdictOutcome(Status.PASSED, details={"free": int(free), "total": int(total)})
+        return VerdictOutcome(Status.SKIPPED, message=f"no device memory to read on {device}")
 
     def failed(self, device: str, status: Status, message: str, log: str = "") -> VerdictOutcome:
         return VerdictOutcome(status, message=message, log=log)

@@ -17,7 +17,7 @@ from __future__ import annotations
 import random
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -42,6 +42,8 @@ class KernelBenchVerdict:
     tolerance: float = 0.0
     message: str = ""
     max_difference: tuple[float, ...] = ()
+    ran: tuple[int, ...] = ()  # the trials this verdict ran (all unless it is one part of a split verdict)
+    stopped: str = ""  # "shape" or "error": the trial ran(-1) ended the verdict there, as KernelBench's loop ends
 
     @property
     def ok(self) -> bool:
@@ -65,9 +67,11 @@ def kernelbench_verdict(
     seed: int = kernelbench.KERNELBENCH_SEED,
     tolerance: float | None = None,
     on_call: Callable[[], None] | None = None,
+    only: Sequence[int] | None = None,
 ) -> KernelBenchVerdict:
     """KernelBench's correctness verdict of ``solution`` (a ModelNew class or a solution file) on ``problem``;
-    ``on_call`` is called before each trial."""
+    ``on_call`` is called before each trial. ``only``: run just these trials (their seeds as in the whole run,
+    the models built as for it): one part of a verdict split over workers, put together by merge_kernelbench."""
     if not isinstance(problem, kernelbench.Problem):
         problem = kernelbench.load_problem(problem)
     tol = tolerance if tolerance is not None else kernelbench.KERNELBENCH_TOLERANCE[precision]
@@ -92,22 +96,25 @@ def kernelbench_verdict(
                 custom = model_new(*init)
                 original, custom = original.to(device=dev, dtype=precision), custom.to(device=dev, dtype=precision)
         except RuntimeError as exc:
-            return KernelBenchVerdict(True, False, trials=trials, tolerance=tol,
+            return KernelBenchVerdict(True, False, trials=trials, tolerance=tol, stopped="error",
                                       message=f"runtime error building ModelNew: {describe_exception(exc)}")
+        ran = tuple(range(trials)) if only is None else tuple(sorted(only))
         try:
-            return _trials(problem, original, custom, process, dev, trials, seed, tol, on_call)
+            return _trials(problem, original, custom, process, dev, trials, seed, tol, on_call, ran)
         except Exception as exc:  # noqa: BLE001 - KernelBench records any failure here as a runtime error
-            return KernelBenchVerdict(True, False, trials=trials, tolerance=tol,
+            return KernelBenchVerdict(True, False, trials=trials, tolerance=tol, ran=ran, stopped="error",
                                       message=f"runtime error: {describe_exception(exc)}")
 
 
 def _trials(problem: kernelbench.Problem, original: Any, custom: Any, process: Any, dev: torch.device,
-            trials: int, seed: int, tol: float, on_call: Callable[[], None] | None) -> KernelBenchVerdict:
+            trials: int, seed: int, tol: float, on_call: Callable[[], None] | None,
+            ran: tuple[int, ...]) -> KernelBenchVerdict:
     torch.manual_seed(seed)
     trial_seeds = [int(torch.randint(0, 2**32 - 1, (1,)).item()) for _ in range(trials)]
     passed, diffs, message = 0, [], ""
     with torch.no_grad():
-        for trial_seed in trial_seeds:
+        for index in ran:
+            trial_seed = trial_seeds[index]
             if on_call is not None:
                 on_call()
             torch.manual_seed(trial_seed)
@@ -119,13 +126,38 @@ def _trials(problem: kernelbench.Problem, original: Any, custom: Any, process: A
             _sync(dev)
             if output.shape != output_new.shape:
                 return KernelBenchVerdict(True, False, passed, trials, tol, message=(
-                    f"output shape mismatch: expected {tuple(output.shape)}, got {tuple(output_new.shape)}"))
+                    f"output shape mismatch: expected {tuple(output.shape)}, got {tuple(output_new.shape)}"),
+                    ran=ran[:ran.index(index) + 1], stopped="shape")
             if torch.allclose(output, output_new, atol=tol, rtol=tol):
                 passed += 1
             else:
                 diffs.append(float((output - output_new).abs().max()))
-                message = f"output mismatch in {len(diffs)} of {trials} trials, max difference {max(diffs):.6g}"
-    return KernelBenchVerdict(True, passed == trials, passed, trials, tol, message, tuple(diffs))
+                message = _mismatch(len(diffs), trials, diffs)
+    return KernelBenchVerdict(True, passed == trials, passed, trials, tol, message, tuple(diffs), ran)
+
+
+def _mismatch(count: int, trials: int, diffs: Sequence[float]) -> str:
+    return f"output mismatch in {count} of {trials} trials, max difference {max(diffs):.6g}"
+
+
+def merge_kernelbench(parts: Sequence[KernelBenchVerdict]) -> KernelBenchVerdict:
+    """The verdict one run over all trials gives, from parts that each ran some of them (kernelbench_verdict's
+    ``only``): trials in order, the first part that stopped (a shape mismatch, a runtime error, not compiled) ends
+    it there as KernelBench's loop would, with the passes before it."""
+    ordered = sorted(parts, key=lambda p: p.ran[0] if p.ran else -1)
+    first = ordered[0]
+    passed, diffs = 0, []
+    for part in ordered:
+        if not part.compiled or part.stopped == "error":
+            return part  # KernelBench reports a runtime error with no trials passed
+        if part.stopped:
+            return replace(part, trials_passed=passed + part.trials_passed)
+        passed += part.trials_passed
+        diffs.extend(part.max_difference)
+    message = _mismatch(len(diffs), first.trials, diffs) if diffs else ""
+    ran = tuple(sorted(i for p in ordered for i in p.ran))
+    return KernelBenchVerdict(True, passed == first.trials, passed, first.trials, first.tolerance, message,
+                              tuple(diffs), ran)
 
 
 @wire.register
