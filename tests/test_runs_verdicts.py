@@ -155,7 +155,7 @@ def test_a_problem_with_big_draws_and_a_plain_model_is_split_and_one_with_buffer
     (tmp_path / "big.py").write_text(PROBLEM.format(layer="pass", forward="torch.relu(x)"))
     need = footprint(tmp_path / "big.py")  # on the meta device: nothing of its 6 GiB is made
     assert need.draws == 4096 * 393216 >= SPLIT_DRAWS and need.split(5)
-    assert need.device >= 3 * 4 * need.draws  # the input and both outputs, in float32
+    assert need.turn >= 3 * 4 * need.draws  # in a trial's turn on the GPU: the input and both outputs, in float32
     (tmp_path / "bn.py").write_text(PROBLEM.format(layer="self.bn = nn.BatchNorm1d(393216)", forward="self.bn(x)"))
     assert not footprint(tmp_path / "bn.py").split(5)  # its running statistics go from trial to trial
     (tmp_path / "bad.py").write_text("class Model:\n    pass\n\ndef get_inputs():\n    raise ValueError\n\n"

@@ -9,6 +9,11 @@ verdict is split by trial (formats.verdicts.kernelbench_verdict's ``only``), eac
 
 from __future__ import annotations
 
+import fcntl
+import os
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,12 +27,16 @@ DRAWS_PER_SECOND = 2.5e8  # torch.rand / randn elements a second on one CPU core
 SPLIT_DRAWS = 2.5e8  # a verdict whose trials each draw at least this many elements is split by trial
 SPLIT_PARAMETERS = 10_000_000  # ... unless its models are big: each part builds both models again
 READ_S = 10.0  # reading a problem on the meta device makes no data: it is quick, or it hangs
+GPU_TURN_ENV = "KERNELKIT_GPU_TURN"  # a lock file the verdicts of one pool take turns on (set by runs/verdicts)
+HEARTBEAT_S = 5.0  # while waiting for a turn, the worker tells its caller it is alive this often
+ALLCLOSE_COPIES = 3.5  # torch.allclose's temporaries, in outputs' sizes (|a - b|, atol + rtol * |b|, masks)
 WORKSPACE = 256 * 2**20  # what a verdict's worker holds beyond its tensors (allocator blocks, library workspaces)
 
 
 @dataclass(frozen=True)
 class Footprint:
-    """One KernelBench verdict's needs: ``host`` and ``device`` bytes held at once, ``draws`` input elements drawn
+    """One KernelBench verdict's needs: ``host`` and ``device`` bytes held throughout (device: both models'
+    weights), ``turn`` bytes more on the device during each trial's GPU turn (gpu_turn), ``draws`` input elements drawn
     on the CPU per trial, ``splittable`` (its trials may run apart: plain parameters and no buffers whose state a
     trial could carry to the next, no random draws in forward); ``known`` False when the problem could not be read
     on the meta device (the numbers are then guesses)."""
@@ -37,6 +46,7 @@ class Footprint:
     draws: int
     splittable: bool
     known: bool = True
+    turn: int = 0  # device bytes of one trial's inputs, outputs and comparison, held only during its GPU turn
 
     def seconds(self, trials: int) -> float:
         """A rough cost of ``trials`` trials, for ordering: the draws and the two builds on one CPU core."""
@@ -67,11 +77,47 @@ def footprint(problem: str | Path, precision: torch.dtype = torch.float32) -> Fo
     draws = _elements(inputs)
     parameters = sum(p.numel() for p in model.parameters()) if isinstance(model, torch.nn.Module) else 0
     buffers = sum(1 for _ in model.buffers()) if isinstance(model, torch.nn.Module) else 0
-    # The inputs drawn on the CPU then copied to the device; both models' weights; both outputs.
+    # Host: the inputs drawn on the CPU and both models built there. Device: both models' weights throughout; in
+    # a trial's turn its inputs, both outputs and allclose's temporaries.
     host = width * (draws + 2 * parameters)
-    device = width * (draws + 2 * parameters + 2 * _elements(outputs)) + WORKSPACE
+    device = width * 2 * parameters + WORKSPACE
+    turn = int(width * (draws + (2 + ALLCLOSE_COPIES) * _elements(outputs)))
     plain = buffers == 0 and parameters <= SPLIT_PARAMETERS and not kernelbench.draws_in_forward(loaded.model)
-    return Footprint(host=host, device=device, draws=draws, splittable=plain)
+    return Footprint(host=host, device=device, draws=draws, splittable=plain, turn=turn)
+
+
+@contextmanager
+def gpu_turn(device: torch.device, on_wait: Callable[[], None] | None = None) -> Iterator[None]:
+    """The block (a trial's GPU work) alone among the verdicts of one pool on ``device``, where the pool set
+    GPU_TURN_ENV: the draws on the CPU, the slow part, overlap; the GPU memory a trial needs is there for it. The
+    block's memory goes back to the GPU as the turn ends (empty_cache), for the next one. ``on_wait`` is called
+    every HEARTBEAT_S while waiting (a worker's clock restarts: waiting is not the problem's code hanging). A
+    worker that dies in its turn lets it go with its file."""
+    path = os.environ.get(GPU_TURN_ENV)
+    if not path or device.type != "cuda":
+        yield
+        return
+    with open(path, "a") as lock:
+        beat = time.monotonic()
+        while True:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                time.sleep(0.02)
+                if on_wait is not None and time.monotonic() - beat > HEARTBEAT_S:
+                    on_wait()
+                    beat = time.monotonic()
+        if on_wait is not None:
+            on_wait()  # the turn's own work gets the whole limit
+        try:
+            yield
+        finally:
+            try:
+                torch.cuda.synchronize(device)
+                torch.cuda.empty_cache()
+            finally:
+                fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 def _elements(value: Any) -> int:

@@ -27,6 +27,7 @@ import torch
 from kernelkit import wire
 from kernelkit.errors import LoadError, describe_exception
 from kernelkit.formats import gpumode, kernelbench, task_data
+from kernelkit.formats.footprint import gpu_turn
 from kernelkit.results import Status
 
 
@@ -118,22 +119,36 @@ def _trials(problem: kernelbench.Problem, original: Any, custom: Any, process: A
             if on_call is not None:
                 on_call()
             torch.manual_seed(trial_seed)
-            inputs = [process(x) for x in problem.get_inputs()]
-            torch.manual_seed(trial_seed)
-            output = original(*inputs)
-            _sync(dev)
-            output_new = custom(*inputs)
-            _sync(dev)
-            if output.shape != output_new.shape:
-                return KernelBenchVerdict(True, False, passed, trials, tol, message=(
-                    f"output shape mismatch: expected {tuple(output.shape)}, got {tuple(output_new.shape)}"),
-                    ran=ran[:ran.index(index) + 1], stopped="shape")
-            if torch.allclose(output, output_new, atol=tol, rtol=tol):
+            drawn = list(problem.get_inputs())
+            with gpu_turn(dev, on_call):  # the draw above ran beside other verdicts' GPU work; this does not
+                shapes, diff = _trial(drawn, original, custom, process, dev, trial_seed, tol)
+            del drawn
+            if shapes:
+                return KernelBenchVerdict(True, False, passed, trials, tol, message=f"output shape mismatch: {shapes}",
+                                          ran=ran[:ran.index(index) + 1], stopped="shape")
+            if diff is None:
                 passed += 1
             else:
-                diffs.append(float((output - output_new).abs().max()))
+                diffs.append(diff)
                 message = _mismatch(len(diffs), trials, diffs)
     return KernelBenchVerdict(True, passed == trials, passed, trials, tol, message, tuple(diffs), ran)
+
+
+def _trial(drawn: list[Any], original: Any, custom: Any, process: Any, dev: torch.device, trial_seed: int,
+           tol: float) -> tuple[str, float | None]:
+    """One trial on inputs drawn for it: ("expected ..., got ..." on a shape mismatch, else "") and the largest
+    difference where allclose fails (None where it passes). Its tensors die with it, inside the caller's turn."""
+    inputs = [process(x) for x in drawn]
+    torch.manual_seed(trial_seed)
+    output = original(*inputs)
+    _sync(dev)
+    output_new = custom(*inputs)
+    _sync(dev)
+    if output.shape != output_new.shape:
+        return f"expected {tuple(output.shape)}, got {tuple(output_new.shape)}", None
+    if torch.allclose(output, output_new, atol=tol, rtol=tol):
+        return "", None
+    return "", float((output - output_new).abs().max())
 
 
 def _mismatch(count: int, trials: int, diffs: Sequence[float]) -> str:

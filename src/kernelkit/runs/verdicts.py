@@ -6,8 +6,10 @@ thread (a level-1 problem's 8 GiB input takes ~9 s per trial), so the draws of d
 machine's cores, and a problem whose draws dominate (formats.footprint) has its trials spread over workers and put
 together again as one verdict (formats.verdicts.merge_kernelbench), the verdict one worker running every trial in
 order would give. Verdicts are packed by what they hold (read on the meta device): one starts only when its
-inputs, weights and outputs fit beside those running, on the GPU and in host memory; the biggest go first. A
-verdict that still runs out of GPU memory is reached again alone at the end.
+drawn inputs and models fit beside those running in host memory and its weights on the GPU; the biggest go
+first. Each trial's GPU work (its inputs moved there, both models run, allclose) takes turns with the other
+workers' (formats.footprint.gpu_turn), so the memory it needs is there. A verdict that still runs out of GPU
+memory is reached again alone at the end.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from pathlib import Path
 import psutil
 
 from kernelkit import hygiene
-from kernelkit.formats.footprint import UNKNOWN, Footprint, footprint
+from kernelkit.formats.footprint import GPU_TURN_ENV, UNKNOWN, Footprint, footprint
 from kernelkit.formats.jobs import MemoryProbe, PlannedVerdict, VerdictJob, VerdictOutcome, VerdictRow
 from kernelkit.formats.kernelbench import KERNELBENCH_TRIALS
 from kernelkit.formats.verdicts import Judged, KernelBenchVerdict, merge_kernelbench, side_by_side
@@ -167,8 +169,11 @@ class _Packer:
         self.cpu = not on_gpu
 
     def set_device_memory(self, free: float | None, workers: int) -> None:
+        """The GPU memory the parts may hold: a share of what is free, less the other workers' contexts and the
+        biggest trial's turn (one trial at a time holds its turn's memory beside what every part holds)."""
+        turn = max((p.need.turn for p in self.pending), default=0)
         with self.cond:
-            self.device = math.inf if free is None else DEVICE_SHARE * free - (workers - 1) * CONTEXT_BYTES
+            self.device = math.inf if free is None else DEVICE_SHARE * free - (workers - 1) * CONTEXT_BYTES - turn
             self.cond.notify_all()
 
     def _needs(self, part: _Part) -> tuple[int, int]:
@@ -215,7 +220,9 @@ def _reach(parts: Sequence[_Part], done: Callable[[_Part, VerdictOutcome], None]
         return
     packer = _Packer(parts, device, packed)
     with tempfile.TemporaryDirectory(prefix="kernelkit-verdicts-") as tmp:
-        workers = [Worker(device, Path(tmp) / f"worker{slot}.log") for slot in range(min(count, len(parts)))]
+        turns = {GPU_TURN_ENV: str(Path(tmp) / "gpu-turn.lock")} if device.startswith("cuda") else {}
+        workers = [Worker(device, Path(tmp) / f"worker{slot}.log", env=turns)
+                   for slot in range(min(count, len(parts)))]
 
         def serve(worker: Worker, first: bool) -> None:
             try:
