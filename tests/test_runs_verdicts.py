@@ -188,3 +188,25 @@ def test_parts_wait_until_what_they_hold_fits_beside_the_others_and_one_runs_alo
         packer.release(part)
     alone = packer.take()
     assert alone is not None and alone.index == 3  # nothing else runs: it goes alone, whatever it needs
+
+
+def test_turns_are_taken_one_per_slot_and_a_waiter_beats_its_heart(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    import fcntl
+
+    from kernelkit.formats import footprint
+
+    first, second = (open(tmp_path / f"turn{n}.lock", "a") for n in range(2))  # noqa: SIM115
+    other = open(tmp_path / "turn0.lock", "a")  # noqa: SIM115 - another holder of slot 0, as another worker
+    fcntl.flock(other, fcntl.LOCK_EX)
+    assert footprint._take_one([first, second], None) is second  # slot 0 is held: the next free one
+    monkeypatch.setattr(footprint, "HEARTBEAT_S", 0.05)
+    beats: list[int] = []
+    waiter = threading.Thread(target=lambda: footprint._take_one([first], lambda: beats.append(1)))
+    waiter.start()
+    waiter.join(timeout=0.5)
+    assert waiter.is_alive() and beats  # waiting, and saying so
+    fcntl.flock(other, fcntl.LOCK_UN)
+    waiter.join(timeout=5)
+    assert not waiter.is_alive()
+    for f in (first, second, other):
+        f.close()

@@ -27,7 +27,7 @@ DRAWS_PER_SECOND = 2.5e8  # torch.rand / randn elements a second on one CPU core
 SPLIT_DRAWS = 2.5e8  # a verdict whose trials each draw at least this many elements is split by trial
 SPLIT_PARAMETERS = 10_000_000  # ... unless its models are big: each part builds both models again
 READ_S = 10.0  # reading a problem on the meta device makes no data: it is quick, or it hangs
-GPU_TURN_ENV = "KERNELKIT_GPU_TURN"  # a lock file the verdicts of one pool take turns on (set by runs/verdicts)
+GPU_TURN_ENV = "KERNELKIT_GPU_TURN"  # the folder of the turns the verdicts of one pool take (set by runs/verdicts)
 HEARTBEAT_S = 5.0  # while waiting for a turn, the worker tells its caller it is alive this often
 ALLCLOSE_COPIES = 3.5  # torch.allclose's temporaries, in outputs' sizes (|a - b|, atol + rtol * |b|, masks)
 WORKSPACE = 256 * 2**20  # what a verdict's worker holds beyond its tensors (allocator blocks, library workspaces)
@@ -88,26 +88,23 @@ def footprint(problem: str | Path, precision: torch.dtype = torch.float32) -> Fo
 
 @contextmanager
 def gpu_turn(device: torch.device, on_wait: Callable[[], None] | None = None) -> Iterator[None]:
-    """The block (a trial's GPU work) alone among the verdicts of one pool on ``device``, where the pool set
-    GPU_TURN_ENV: the draws on the CPU, the slow part, overlap; the GPU memory a trial needs is there for it. The
-    block's memory goes back to the GPU as the turn ends (empty_cache), for the next one. ``on_wait`` is called
-    every HEARTBEAT_S while waiting (a worker's clock restarts: waiting is not the problem's code hanging). A
-    worker that dies in its turn lets it go with its file."""
-    path = os.environ.get(GPU_TURN_ENV)
-    if not path or device.type != "cuda":
+    """The block (a trial's GPU work) in one of the turns the verdicts of one pool on ``device`` share, where the
+    pool set GPU_TURN_ENV (a folder: its file ``slots`` says how many turns run at once; default one): the draws
+    on the CPU, the slow part, overlap; the GPU memory a trial needs is there for it. The block's memory goes back
+    to the GPU as the turn ends (empty_cache), for the next one. ``on_wait`` is called every HEARTBEAT_S while
+    waiting (a worker's clock restarts: waiting is not the problem's code hanging). A worker that dies in its turn
+    lets it go with its file."""
+    folder = os.environ.get(GPU_TURN_ENV)
+    if not folder or device.type != "cuda":
         yield
         return
-    with open(path, "a") as lock:
-        beat = time.monotonic()
-        while True:
-            try:
-                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                time.sleep(0.02)
-                if on_wait is not None and time.monotonic() - beat > HEARTBEAT_S:
-                    on_wait()
-                    beat = time.monotonic()
+    try:
+        slots = max(1, int((Path(folder) / "slots").read_text()))
+    except (OSError, ValueError):
+        slots = 1
+    locks = [open(Path(folder) / f"turn{n}.lock", "a") for n in range(slots)]  # noqa: SIM115 - closed below
+    try:
+        held = _take_one(locks, on_wait)
         if on_wait is not None:
             on_wait()  # the turn's own work gets the whole limit
         try:
@@ -117,7 +114,25 @@ def gpu_turn(device: torch.device, on_wait: Callable[[], None] | None = None) ->
                 torch.cuda.synchronize(device)
                 torch.cuda.empty_cache()
             finally:
-                fcntl.flock(lock, fcntl.LOCK_UN)
+                fcntl.flock(held, fcntl.LOCK_UN)
+    finally:
+        for lock in locks:
+            lock.close()
+
+
+def _take_one(locks: list[Any], on_wait: Callable[[], None] | None) -> Any:
+    beat = time.monotonic()
+    while True:
+        for lock in locks:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return lock
+            except BlockingIOError:
+                continue
+        time.sleep(0.02)
+        if on_wait is not None and time.monotonic() - beat > HEARTBEAT_S:
+            on_wait()
+            beat = time.monotonic()
 
 
 def _elements(value: Any) -> int:

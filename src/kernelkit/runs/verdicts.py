@@ -7,8 +7,8 @@ machine's cores, and a problem whose draws dominate (formats.footprint) has its 
 together again as one verdict (formats.verdicts.merge_kernelbench), the verdict one worker running every trial in
 order would give. Verdicts are packed by what they hold (read on the meta device): one starts only when its
 drawn inputs and models fit beside those running in host memory and its weights on the GPU; the biggest go
-first. Each trial's GPU work (its inputs moved there, both models run, allclose) takes turns with the other
-workers' (formats.footprint.gpu_turn), so the memory it needs is there. A verdict that still runs out of GPU
+first. Each trial's GPU work (its inputs moved there, both models run, allclose) takes one of a few turns with
+the other workers' (formats.footprint.gpu_turn), so the memory it needs is there. A verdict that still runs out of GPU
 memory is reached again alone at the end.
 """
 
@@ -39,6 +39,7 @@ MIN_PER_WORKER = 3  # verdicts per worker before another is worth its start-up (
 CONTEXT_BYTES = 640 * 2**20  # GPU memory each further worker's CUDA context takes
 DEVICE_SHARE = 0.85  # of the GPU memory free once the first worker is up
 HOST_SHARE = 0.7  # of the host memory available when the verdicts start
+MAX_TURNS = 4  # trials whose GPU work runs at once (formats.footprint.gpu_turn)
 
 
 def parallel_workers(planned: int, device: str = "cpu") -> int:
@@ -168,13 +169,21 @@ class _Packer:
         self.device: float | None = None if packed and on_gpu else math.inf
         self.cpu = not on_gpu
 
-    def set_device_memory(self, free: float | None, workers: int) -> None:
+    def set_device_memory(self, free: float | None, workers: int) -> int:
         """The GPU memory the parts may hold: a share of what is free, less the other workers' contexts and the
-        biggest trial's turn (one trial at a time holds its turn's memory beside what every part holds)."""
+        turns' (trials whose GPU work runs at once, each holding up to the biggest turn's memory beside what every
+        part holds): as many turns as fit in half of it, 1 to MAX_TURNS. Returns the number of turns."""
         turn = max((p.need.turn for p in self.pending), default=0)
+        slots = 1
         with self.cond:
-            self.device = math.inf if free is None else DEVICE_SHARE * free - (workers - 1) * CONTEXT_BYTES - turn
+            if free is None:
+                self.device = math.inf
+            else:
+                room = DEVICE_SHARE * free - (workers - 1) * CONTEXT_BYTES
+                slots = max(1, min(MAX_TURNS, int(room / 2 // turn) if turn else MAX_TURNS))
+                self.device = room - slots * turn
             self.cond.notify_all()
+        return slots
 
     def _needs(self, part: _Part) -> tuple[int, int]:
         if self.cpu:  # everything a verdict holds is in host memory
@@ -220,7 +229,7 @@ def _reach(parts: Sequence[_Part], done: Callable[[_Part, VerdictOutcome], None]
         return
     packer = _Packer(parts, device, packed)
     with tempfile.TemporaryDirectory(prefix="kernelkit-verdicts-") as tmp:
-        turns = {GPU_TURN_ENV: str(Path(tmp) / "gpu-turn.lock")} if device.startswith("cuda") else {}
+        turns = {GPU_TURN_ENV: tmp} if device.startswith("cuda") else {}
         workers = [Worker(device, Path(tmp) / f"worker{slot}.log", env=turns)
                    for slot in range(min(count, len(parts)))]
 
@@ -232,7 +241,8 @@ def _reach(parts: Sequence[_Part], done: Callable[[_Part, VerdictOutcome], None]
                         probe = worker.run(MemoryProbe(), timeout)
                         free = probe.details.get("free") if probe.status is Status.PASSED else None
                     finally:  # the others wait for this reading: they get one, if only "unbounded"
-                        packer.set_device_memory(free, len(workers))
+                        slots = packer.set_device_memory(free, len(workers))
+                        (Path(tmp) / "slots").write_text(str(slots))
                 while (part := packer.take()) is not None:
                     try:
                         done(part, worker.run(part.job, timeout))
