@@ -74,6 +74,18 @@ def test_weights_are_shared_through_the_seed_only_as_kernelbench_does():
     assert formats.side_by_side(verdict, result).agree
 
 
+def test_a_worker_keeps_the_models_of_one_problem_only_and_counts_them_as_its_own_cache():
+    from kernelkit.jobs.check import kept_bytes
+
+    first, second = one_op("linear.py", "linear_solution.py"), one_op("relu.py")
+    assert judge(first, "solution").status is Status.PASSED
+    held = kernelbench.held_bytes("cpu")
+    assert held >= 2 * 4 * 8 * 16  # the Linear's weights, in the reference's float32 and float64 and the solution's
+    assert kept_bytes("cpu") >= held
+    assert judge(second, "reference").status is Status.PASSED
+    assert kernelbench.held_bytes("cpu") == 0  # relu has no weights; linear's were let go
+
+
 def test_a_wrong_solution_fails_both_verdicts():
     op = one_op("relu.py", "relu_wrong.py")
     result = judge(op, "solution")

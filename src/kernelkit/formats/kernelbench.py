@@ -129,6 +129,35 @@ def move(value: Any, device: torch.device | str, dtype: torch.dtype | None) -> A
     return value.to(device=device)
 
 
+_HELD: list[Models] = []  # the problem whose models are built now (at most one: the case a worker runs)
+
+
+def _hold(models: Models) -> None:
+    """``models`` becomes the one problem whose models are kept: another problem's are let go (a worker goes
+    through a level's problems; each one's weights, 4 GiB for a 32768^2 Linear, would stay otherwise)."""
+    for other in _HELD:
+        if other is not models:
+            other._made.clear()
+    _HELD[:] = [models]
+
+
+def held_bytes(device: str) -> int:
+    """Bytes of ``device`` memory the kept models hold (the worker's own cache between the cases of a problem,
+    not memory a case left behind)."""
+    seen: set[int] = set()
+    total = 0
+    for models in _HELD:
+        for model in models._made.values():
+            if not isinstance(model, torch.nn.Module):
+                continue
+            for t in (*model.parameters(), *model.buffers()):
+                storage = t.untyped_storage()
+                if t.device.type == device and storage.data_ptr() not in seen:
+                    seen.add(storage.data_ptr())
+                    total += storage.nbytes()
+    return total
+
+
 class Models:
     """The models of one problem, built lazily per (role, device, dtype) the way KernelBench builds them."""
 
@@ -149,6 +178,8 @@ class Models:
     def get(self, role: str, cls: type, device: torch.device, dtype: torch.dtype) -> torch.nn.Module:
         key = (role, str(device), dtype)
         if key not in self._made:
+            if device.type != "meta":
+                _hold(self)
             init = [move(x, device, dtype) for x in self.init_inputs()]
             model = self._build(cls, init, device)
             self._made[key] = model.to(device=device, dtype=dtype) if isinstance(model, torch.nn.Module) else model

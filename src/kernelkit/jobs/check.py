@@ -18,6 +18,7 @@ import torch
 
 from kernelkit import backends, verify
 from kernelkit.errors import BackendUnavailable, CompileError, InputError, describe_exception
+from kernelkit.formats import kernelbench
 from kernelkit.jobs import OnBuilt, caught_warnings, progress, unique
 from kernelkit.loading import load
 from kernelkit.results import CaseResult, Status
@@ -182,8 +183,9 @@ def reference_outputs(op: Op, size: tuple[int, ...], dtype: torch.dtype, device:
 
 def kept_bytes(device: str) -> int:
     """Bytes of ``device`` memory the kept references hold: the worker's own cache, not memory a case left behind
-    (a 64M-element fp32 case keeps 1 GiB: its input, float64 reference and fp32 reference)."""
-    return sum(_made_bytes(made, device) for made in _references.values())
+    (a 64M-element fp32 case keeps 1 GiB: its input, float64 reference and fp32 reference), and the models a
+    KernelBench problem keeps between its cases (its reference in float32 and float64, the Model built again)."""
+    return sum(_made_bytes(made, device) for made in _references.values()) + kernelbench.held_bytes(device)
 
 
 def _made_bytes(made: Made, device: str | None = None) -> int:
