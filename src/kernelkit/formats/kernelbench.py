@@ -144,18 +144,9 @@ def _hold(models: Models) -> None:
 def held_bytes(device: str) -> int:
     """Bytes of ``device`` memory the kept models hold (the worker's own cache between the cases of a problem,
     not memory a case left behind)."""
-    seen: set[int] = set()
-    total = 0
-    for models in _HELD:
-        for model in models._made.values():
-            if not isinstance(model, torch.nn.Module):
-                continue
-            for t in (*model.parameters(), *model.buffers()):
-                storage = t.untyped_storage()
-                if t.device.type == device and storage.data_ptr() not in seen:
-                    seen.add(storage.data_ptr())
-                    total += storage.nbytes()
-    return total
+    tensors = [t for models in _HELD for model in models._made.values() if isinstance(model, torch.nn.Module)
+               for t in (*model.parameters(), *model.buffers()) if t.device.type == device]
+    return sum({t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for t in tensors}.values())
 
 
 class Models:
