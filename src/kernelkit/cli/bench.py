@@ -26,6 +26,7 @@ from kernelkit.cli.common import (
     TargetArg,
     ThreadsOpt,
     VerboseOpt,
+    add_commands,
     err,
     fail,
     nothing_ran,
@@ -42,11 +43,8 @@ from kernelkit.results import Status
 
 
 def register(app: typer.Typer) -> None:
-    app.command("bench")(bench_command)
-    app.command("calibrate")(calibrate_command)
-    app.command("runs")(runs_command)
-    app.command("compare")(compare_command)
-    app.command("report")(report_command)
+    add_commands(app, {"bench": bench_command, "calibrate": calibrate_command, "runs": runs_command,
+                       "compare": compare_command, "report": report_command})
 
 
 def bench_command(

@@ -28,6 +28,7 @@ from kernelkit.cli.common import (
     ThreadsOpt,
     TimeoutOpt,
     VerboseOpt,
+    add_commands,
     err,
     fail,
     nothing_ran,
@@ -46,8 +47,7 @@ if TYPE_CHECKING:
 
 
 def register(app: typer.Typer) -> None:
-    app.command("ops")(ops_command)
-    app.command("check")(check_command)
+    add_commands(app, {"ops": ops_command, "check": check_command})
 
 
 def ops_command(

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -64,6 +64,12 @@ GpusOpt = Annotated[str | None, typer.Option(
 RayOpt = Annotated[str | None, typer.Option(
     "--ray", help="Run on a Ray cluster instead, one task with one GPU per (op, size, dtype): auto (the cluster "
                   "this host joined), local (start one here) or an address. Needs the ray extra.")]
+
+
+def add_commands(app: typer.Typer, commands: dict[str, Callable[..., None]]) -> None:
+    """Each of ``commands`` (name -> function) as a command of ``app``, in the order given (the order --help shows)."""
+    for name, command in commands.items():
+        app.command(name)(command)
 
 
 def with_solution(target: str, solution: str | None) -> str:

@@ -21,6 +21,7 @@ from kernelkit.cli.common import (
     SizeOpt,
     SolutionOpt,
     TargetArg,
+    add_commands,
     err,
     fail,
     out,
@@ -37,10 +38,7 @@ ImplOrAll = Annotated[str | None, typer.Option("--impl", "-i", help="The impl; d
 
 
 def register(app: typer.Typer) -> None:
-    app.command("profile")(profile_command)
-    app.command("ncu")(ncu_command)
-    app.command("asm")(asm_command)
-    app.command("codegen")(codegen_command)
+    add_commands(app, {"profile": profile_command, "ncu": ncu_command, "asm": asm_command, "codegen": codegen_command})
 
 
 def profile_command(
