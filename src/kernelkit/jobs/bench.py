@@ -52,6 +52,12 @@ class BenchOutcome:
         failed = [r.status for r in self.results if r.status.failed]
         return failed[0] if failed else Status.PASSED
 
+    def record_warnings(self, notices: list[str]) -> None:
+        """What the worker warned about while running the job, once each: in the outcome and in every result."""
+        self.warnings = unique(notices)
+        for result in self.results:
+            result.warnings.extend(w for w in self.warnings if w not in result.warnings)
+
 
 @dataclass(frozen=True)
 class BenchJob:
@@ -101,9 +107,7 @@ class BenchJob:
                 outcome = self._execute(device, on_built, notices)
             except BackendUnavailable as exc:  # the case's inputs do not fit the device (jobs.check.reference_outputs)
                 outcome = self.failed(device, Status.SKIPPED, str(exc))
-        outcome.warnings = unique(notices)
-        for result in outcome.results:
-            result.warnings.extend(w for w in outcome.warnings if w not in result.warnings)
+        outcome.record_warnings(notices)
         return outcome
 
     def _execute(self, device: str, on_built: OnBuilt | None, notices: list[str]) -> BenchOutcome:
