@@ -17,7 +17,7 @@ import torch
 
 from kernelkit import verify, wire
 from kernelkit.errors import describe_exception
-from kernelkit.jobs import OnBuilt, caught_warnings, unique
+from kernelkit.jobs import OnBuilt, caught_warnings
 from kernelkit.jobs.bench import (
     JOB_SLACK,
     PER_CONTENDER_SLACK,
@@ -114,9 +114,7 @@ class StrictBenchJob:
         notices: list[str] = []
         with caught_warnings(notices):
             outcome = self._execute(device, on_built, notices)
-        outcome.warnings = unique(notices)
-        for result in outcome.results:
-            result.warnings.extend(w for w in outcome.warnings if w not in result.warnings)
+        outcome.record_warnings(notices)
         return outcome
 
     def _execute(self, device: str, on_built: OnBuilt | None, notices: list[str]) -> StrictBenchOutcome:
