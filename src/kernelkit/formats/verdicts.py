@@ -51,11 +51,10 @@ class KernelBenchVerdict:
         return self.correct
 
     def describe(self) -> str:
-        if not self.compiled:
-            return f"KernelBench: not compiled ({self.message})"
-        verdict = "correct" if self.correct else "incorrect"
         why = f"; {self.message}" if self.message and not self.correct else ""
-        return f"KernelBench: {verdict} ({self.trials_passed}/{self.trials} trials, atol=rtol={self.tolerance:g}{why})"
+        verdict = ("correct" if self.correct else "incorrect") if self.compiled else "not compiled"
+        trials = f"{self.trials_passed}/{self.trials} trials, atol=rtol={self.tolerance:g}{why}"
+        return f"KernelBench: {verdict} ({trials if self.compiled else self.message})"
 
 
 def kernelbench_verdict(
