@@ -136,3 +136,24 @@ def test_an_idle_thread_pool_is_not_a_change_but_one_still_working_is():
         assert started.wait(10)
         assert hygiene.changes(before, hygiene.snapshot("cpu")) == ["1 Python thread(s) still running (pool_0)"]
         release.set()
+
+
+def test_kill_tree_ends_a_descendant_that_left_the_group():
+    # The shell's child leads a session of its own: killpg on the shell's group misses it, the tree does not.
+    shell = subprocess.Popen(["sh", "-c", "setsid sleep 60 & wait"], start_new_session=True)
+    deadline = time.monotonic() + 10
+    while [c.name() for c in psutil.Process(shell.pid).children()] != ["sleep"] and time.monotonic() < deadline:
+        time.sleep(0.01)  # until setsid has run and become the sleep
+    (sleeper,) = psutil.Process(shell.pid).children()
+    assert os.getpgid(sleeper.pid) != shell.pid
+    assert shell.pid in hygiene.children() and sleeper.pid not in hygiene.group_members(shell.pid)
+    hygiene.kill_tree(shell.pid)
+    shell.wait(timeout=10)
+    sleeper.wait(timeout=10)  # psutil: returns once it is gone (reaped by init, not by us)
+    assert not sleeper.is_running() or sleeper.status() == psutil.STATUS_ZOMBIE
+
+
+def test_a_worker_can_become_a_child_subreaper_on_linux():
+    probe = "from kernelkit import hygiene; import sys; sys.exit(0 if hygiene.become_subreaper() else 3)"
+    done = subprocess.run([sys.executable, "-c", probe], timeout=60)
+    assert done.returncode == (0 if sys.platform.startswith("linux") else 3)

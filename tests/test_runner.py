@@ -141,3 +141,58 @@ def test_runs_inside_reuse_workers_share_one_worker_and_nothing_is_left_after():
     for pid in parked:
         with pytest.raises(ProcessLookupError):
             os.kill(pid, 0)
+
+
+def test_a_sticky_cuda_error_poisons_its_worker_whatever_the_job():
+    from kernelkit.jobs import poisoned
+    from kernelkit.jobs.bench import BenchOutcome
+    from kernelkit.jobs.strict_worker import CallRecord, StrictReply
+    from kernelkit.measure.measurement import BenchResult
+    from kernelkit.results import CaseResult
+
+    def case(message: str) -> CaseResult:
+        return CaseResult("op", "impl", "eager", (4,), "float32", 0, "cuda", Status.RUNTIME_ERROR, message=message)
+
+    sticky = "RuntimeError: CUDA error: an illegal memory access was encountered"
+    for text in (sticky, "CUDA error: an illegal instruction was encountered", "CUDA error: misaligned address",
+                 "CUDA error: unspecified launch failure"):
+        assert poisoned(case(text))
+    assert not poisoned(case("RuntimeError: shapes do not match")) and not poisoned(case("CUDA out of memory"))
+    lost = case("")
+    lost.details["context_lost"] = True
+    assert poisoned(lost)
+    contender = BenchResult("op", "impl", "eager", (4,), "float32", "cuda", "cold", Status.RUNTIME_ERROR,
+                            message=sticky)
+    assert poisoned(BenchOutcome([contender]))
+    assert poisoned(StrictReply(Status.PASSED, calls=[CallRecord(error=sticky)]))
+    assert not poisoned(StrictReply(Status.PASSED, calls=[CallRecord()]))
+    # Another CUDA error poisons only when it persists: the worker's probe says, and the runner reads its mark.
+    other = case("torch.AcceleratorError: CUDA error: invalid argument")
+    assert not poisoned(other, probe=lambda: False) and not other.details
+    assert poisoned(other, probe=lambda: True) and other.details["context_lost"] and poisoned(other)
+
+
+def _workers(folder: Path, impl: str) -> set[str]:
+    return {p.name.rsplit("-", 1)[1] for p in folder.glob(f"{impl}-*")}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["check", "strict check", "bench", "strict bench"])
+def test_after_a_sticky_cuda_error_the_next_case_runs_in_a_fresh_worker(tmp_path, monkeypatch, mode):
+    from kernelkit.runs.bench import bench_op
+
+    monkeypatch.setenv("KK_PIDS_DIR", str(tmp_path))
+    target = str(Path(__file__).parent / "planted" / "planted_sticky.py")
+    impls = ["eager_illegal_access", "eager_after"]
+    strict = mode.startswith("strict")
+    if mode.endswith("check"):
+        results = runs.check(target, impls=impls, device="cpu", strict=strict).results
+    else:
+        results = bench_op(target, impls=impls, device="cpu", budget=0.05, baselines=False, strict=strict).results
+    got = {r.impl: r for r in results}
+    assert got["eager_illegal_access"].status is Status.RUNTIME_ERROR
+    assert got["eager_after"].status is Status.PASSED, got["eager_after"].message
+    if mode.endswith("check"):  # a bench's gate keeps the failed check's status and message
+        assert "the worker was replaced" in " ".join(got["eager_illegal_access"].warnings)
+    poisoned_in, after_in = _workers(tmp_path, "eager_illegal_access"), _workers(tmp_path, "eager_after")
+    assert poisoned_in and after_in and not poisoned_in & after_in

@@ -8,11 +8,16 @@ snapshot costs well under a millisecond; replacing a worker costs a process star
 only after a case that changed something.
 
 Workers also run in a session of their own (``os.setsid`` first thing), so that the runner can kill the worker
-with every process it started (``kill_group``), not the worker alone.
+with every process it started (``kill_group``), not the worker alone; and, on Linux, as a child subreaper
+(``become_subreaper``), so that a process that leaves the session (``setsid -f``, a daemon's double fork) is
+re-parented to the worker when its parent exits, seen by the snapshot as the worker's child and killed with it
+(``kill_tree``, ``kill_descendants``).
 """
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import os
 import signal
 import sys
@@ -66,7 +71,7 @@ def snapshot(device: str, kept: int = 0) -> Snapshot:
         gpu = torch.cuda.memory_allocated() - kept
     threads = {t.ident or 0: t.name for t in threading.enumerate() if not library_thread(t)}
     memory = resident_bytes() - (kept if device == "cpu" else 0)
-    return Snapshot(cwd, dict(os.environ), switches, threads, memory, gpu, group_members())
+    return Snapshot(cwd, dict(os.environ), switches, threads, memory, gpu, sorted({*group_members(), *children()}))
 
 
 def changes(before: Snapshot, after: Snapshot) -> list[str]:
@@ -168,6 +173,33 @@ def group_members(group: int | None = None) -> list[int]:
     return found
 
 
+def children(pid: int | None = None) -> list[int]:
+    """The live direct children of process ``pid`` (default: this one), zombies left out. In a subreaper (a worker)
+    they include every orphaned descendant, in this process's group or not: with group_members, every process a
+    case left running has an ancestor among them. Read from /proc/PID/task/*/children where the kernel has it
+    (microseconds), else from psutil, which reads every process's stat file."""
+    pid = os.getpid() if pid is None else pid
+    found: set[int] = set()
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+        for task in tasks:
+            with open(f"/proc/{pid}/task/{task}/children") as f:
+                found.update(int(n) for n in f.read().split())
+    except (OSError, ValueError):
+        try:
+            found = {p.pid for p in psutil.Process(pid).children()}
+        except psutil.Error:
+            return []
+    return [n for n in sorted(found) if _live(n)]
+
+
+def _live(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
 # Processes a library starts once and keeps for every later call: inductor's compile workers (torch.compile
 # starts this pool on its first compile on a machine with several cores). They are torch's, not the case's.
 LIBRARY_POOLS = ("compile_worker",)
@@ -187,6 +219,61 @@ def kill_group(pid: int) -> None:
         os.killpg(pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
+
+
+def kill_tree(pid: int) -> None:
+    """SIGKILL process ``pid``, its process group and every descendant, in its group or not."""
+    try:
+        root = psutil.Process(pid)
+        root.suspend()
+    except psutil.Error:
+        kill_group(pid)  # gone: what stayed in its group goes too
+        return
+    stopped = _stop_descendants(root)
+    kill_group(pid)
+    for p in (root, *stopped):
+        with contextlib.suppress(psutil.Error):
+            p.kill()
+
+
+def kill_descendants() -> None:
+    """SIGKILL every descendant of this process (a worker that ends: what it adopted would otherwise outlive it)."""
+    for p in _stop_descendants(psutil.Process()):
+        with contextlib.suppress(psutil.Error):
+            p.kill()
+
+
+def _stop_descendants(root: psutil.Process) -> list[psutil.Process]:
+    """Every descendant of ``root`` (psutil lists them recursively), each stopped (SIGSTOP) so that it forks no
+    more; the list is read again until nothing new appears (a child may fork between the listing and its stop)."""
+    stopped: dict[int, psutil.Process] = {}
+    for _ in range(4):
+        try:
+            new = [p for p in root.children(recursive=True) if p.pid not in stopped]
+        except psutil.Error:
+            break
+        if not new:
+            break
+        for p in new:
+            with contextlib.suppress(psutil.Error):
+                p.suspend()
+            stopped[p.pid] = p
+    return list(stopped.values())
+
+
+PR_SET_CHILD_SUBREAPER = 36  # linux/prctl.h
+
+
+def become_subreaper() -> bool:
+    """Linux: make this process a child subreaper, the parent of every orphaned descendant (one whose parent
+    exited), so a process that left the session stays within reach. False where the kernel does not offer it."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
 
 
 def own_session() -> None:

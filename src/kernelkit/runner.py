@@ -3,8 +3,9 @@
 Workers are spawned (never forked: a forked CUDA context is unusable), each in a session of its own. A worker is
 reused for the next job only while the last one left it clean: after every job the worker compares its process
 state with the one before (hygiene.py: cwd, environment, threads, torch's switches, memory, processes it started,
-the CUDA context) and is replaced when anything changed, when it dies, hangs or loses its CUDA context; the run goes
-on. A replaced worker is killed with its whole process group. A dead worker is told by its exit (its process
+the CUDA context) and is replaced when anything changed, when it dies, hangs or its CUDA context is poisoned
+(jobs.poisoned: one rule for every job); the run goes on. A replaced worker is killed with its whole process group
+and what it adopted (it is a child subreaper: hygiene.py). A dead worker is told by its exit (its process
 sentinel), not by its pipe, which a process it started may still hold. What a worker sends back is data only
 (kernelkit.wire). The drivers in kernelkit.runs send it their jobs (jobs/); ``reuse_workers`` keeps a run's
 workers for the next run of the same process.
@@ -32,7 +33,7 @@ import torch
 from kernelkit import backends, hygiene, wire
 from kernelkit.deadline import BUILD_TIMEOUT_ENV, build_timeout
 from kernelkit.errors import describe_exception
-from kernelkit.jobs import Job, JobResult, progress
+from kernelkit.jobs import Job, JobResult, poisoned, progress, warn
 from kernelkit.jobs.check import kept_bytes
 from kernelkit.measure.host import cpu_threads
 from kernelkit.results import Status
@@ -94,9 +95,11 @@ class Worker:
         if result.status.failed:
             result.log = self._log_since(offset)
         if changed:
-            _warn(result, f"it left its worker changed ({'; '.join(changed)}); the worker was replaced, so the next "
+            warn(result, f"it left its worker changed ({'; '.join(changed)}); the worker was replaced, so the next "
                   "case starts from a clean process")
-        if changed or result.details.get("context_lost"):
+        if poisoned(result) and not result.details.get("context_lost"):
+            warn(result, "a sticky CUDA error poisons its worker's CUDA context: the worker was replaced")
+        if changed or poisoned(result):  # one rule for every job: a check, a strict call, a benchmark
             self._discard()
             self.replaced += 1
         return result
@@ -224,9 +227,9 @@ class Worker:
         return text[-LOG_TAIL_CHARS:]
 
     def _discard(self) -> None:
-        """Kill the worker and every process it started (its process group), and forget it."""
+        """Kill the worker and every process it started (its process group, what it adopted), and forget it."""
         if self.process is not None and self.process.pid is not None:
-            hygiene.kill_group(self.process.pid)  # the worker leads its own group (hygiene.own_session)
+            hygiene.kill_tree(self.process.pid)  # the worker leads its own group (hygiene.own_session)
         if self.process is not None and self.process.is_alive():
             self.process.kill()
             self.process.join(timeout=10)
@@ -308,14 +311,24 @@ def _end(process: multiprocessing.process.BaseProcess, conn: multiprocessing.con
         conn.send(None)
     process.join(timeout=5)
     if process.pid:
-        hygiene.kill_group(process.pid)
+        hygiene.kill_tree(process.pid)
     conn.close()
 
 
 def _worker_main(conn: multiprocessing.connection.Connection, device: str, log_path: str,
                  env: Mapping[str, str] | None = None) -> None:
-    """The worker loop: receive a job, send back its result and what it left changed; None means stop."""
+    """The worker loop (``_serve``); whatever ends it, what the worker started or adopted ends with it."""
     hygiene.own_session()  # first: the runner kills this process with all it starts, as one group
+    hygiene.become_subreaper()  # a process that leaves the group (setsid) is adopted here when orphaned
+    try:
+        _serve(conn, device, log_path, env)
+    finally:
+        hygiene.kill_descendants()
+
+
+def _serve(conn: multiprocessing.connection.Connection, device: str, log_path: str,
+           env: Mapping[str, str] | None) -> None:
+    """Receive a job, send back its result and what it left changed; None means stop."""
     os.environ.update(env or {})  # before CUDA starts: it reads CUDA_VISIBLE_DEVICES once, at its first call
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
     _redirect_output(log_path)
@@ -345,7 +358,7 @@ def _worker_main(conn: multiprocessing.connection.Connection, device: str, log_p
             result = job.failed(device, Status.RUNTIME_ERROR, f"kernelkit's worker failed: {describe_exception(exc)}")
         sys.stdout.flush()
         sys.stderr.flush()
-        lost = bool(result.details.get("context_lost"))
+        lost = poisoned(result, backends.cuda_context_lost if device == "cuda" else None)
         _send(conn, result)
         del result  # before the snapshot: a result may be large (a strict check's outputs, as bytes)
         changed = hygiene.changes(before, hygiene.snapshot(device, kept_bytes(device)))
@@ -373,14 +386,6 @@ def _limit_memory(device: str) -> None:
     held = psutil.Process().memory_info().vms  # the address space this process holds once started
     if held:
         resource.setrlimit(resource.RLIMIT_AS, (held + limit, resource.RLIM_INFINITY))
-
-
-def _warn(result: JobResult, text: str) -> None:
-    """Add ``text`` to the warnings of ``result`` (a case's, or every result of a bench job's outcome)."""
-    for each in getattr(result, "results", None) or [result]:
-        notes = getattr(each, "warnings", None)
-        if isinstance(notes, list) and text not in notes:
-            notes.append(text)
 
 
 def _redirect_output(log_path: str) -> None:

@@ -9,8 +9,10 @@ import os
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 
+import psutil
 import pytest
 
 import kernelkit as kk
@@ -61,6 +63,40 @@ def test_processes_an_impl_starts_die_with_its_worker(fresh_cache, tmp_path, mon
     assert len(pids) >= 3  # a fork, the child left (once per call), the hung one's child
     time.sleep(0.5)
     assert not [p for p in pids if _alive(p)], "a process started by an impl outlived its worker"
+
+
+def _tagged(tag: str) -> list[int]:
+    """The live processes whose command line holds ``tag``."""
+    found = []
+    for p in psutil.process_iter(["cmdline"]):
+        try:
+            if tag in (p.info["cmdline"] or []) and p.status() != psutil.STATUS_ZOMBIE:
+                found.append(p.pid)
+        except psutil.Error:
+            continue
+    return found
+
+
+@pytest.mark.parametrize("strict", [False, True])
+def test_a_process_that_leaves_its_session_is_adopted_and_killed_with_its_worker(fresh_cache, monkeypatch, strict):
+    # `setsid -f sleep`: outside the worker's process group, and orphaned at once. The worker, a child subreaper,
+    # adopts it: the case's snapshot sees it, and the worker kills it with itself.
+    tag = f"0.{uuid.uuid4().int % 10**12:012d}"  # a second duration for sleep: adds under a millisecond
+    monkeypatch.setenv("KK_ESCAPE_TAG", tag)
+    impls = ["eager_escapes_its_session", "eager_correct"]
+    try:
+        report = kk.check(str(OPS / "escapers.py"), device="cpu", impls=impls, timeout=30, strict=strict)
+        got = {r.impl: r for r in report.results}
+        assert all(r.status is Status.PASSED for r in report.results), {k: r.message for k, r in got.items()}
+        assert "process(es) it started still running" in " ".join(got["eager_escapes_its_session"].warnings)
+        assert not got["eager_correct"].warnings
+        deadline = time.monotonic() + 5
+        while _tagged(tag) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not _tagged(tag), "a process that left its worker's session outlived the worker"
+    finally:
+        for pid in _tagged(tag):
+            os.kill(pid, 9)
 
 
 def test_a_flood_of_output_is_read_by_its_tail_and_json_stays_pure(fresh_cache):

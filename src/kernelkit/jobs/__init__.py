@@ -47,6 +47,40 @@ class Job(Protocol):
         ...
 
 
+# CUDA errors that leave the context unusable: every later call in the process fails with them too (sticky).
+STICKY_CUDA_ERRORS = ("illegal memory access", "an illegal instruction", "misaligned address",
+                      "unspecified launch failure")
+# Any other CUDA error poisons a worker only when it persists (torch.AcceleratorError, torch's "CUDA error: ...").
+CUDA_ERROR_MARKS = ("CUDA error", "AcceleratorError")
+
+
+def poisoned(result: JobResult, probe: Callable[[], bool] | None = None) -> bool:
+    """Whether the worker that sent ``result`` must be replaced before its next job: its CUDA context was found
+    lost (``details["context_lost"]``), or a message of the result (the case's, each contender's, each strict
+    call's error) names a sticky CUDA error. One rule for every job, read by the worker and by its runner.
+    ``probe`` (the worker's, on a GPU: is the context still usable?) is asked when a message names another CUDA
+    error; a context it finds lost is recorded in ``details``, so the runner reads the same verdict."""
+    if result.details.get("context_lost"):
+        return True
+    texts = [getattr(result, "message", ""), *(getattr(r, "message", "") for r in getattr(result, "results", ())),
+             *(getattr(c, "error", "") for c in getattr(result, "calls", ()))]
+    texts = [t for t in texts if isinstance(t, str) and t]
+    if any(error in text for text in texts for error in STICKY_CUDA_ERRORS):
+        return True
+    if probe is not None and any(mark in text for text in texts for mark in CUDA_ERROR_MARKS) and probe():
+        result.details["context_lost"] = True
+        return True
+    return False
+
+
+def warn(result: JobResult, text: str) -> None:
+    """Add ``text`` to the warnings of ``result`` (a case's, or every result of a bench job's outcome)."""
+    for each in getattr(result, "results", None) or [result]:
+        notes = getattr(each, "warnings", None)
+        if isinstance(notes, list) and text not in notes:
+            notes.append(text)
+
+
 LIBRARY_MARK = "library: "  # a warning raised in an installed library's code, not the user's or kernelkit's
 
 
