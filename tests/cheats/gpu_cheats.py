@@ -1,7 +1,12 @@
-"""Planted cheats that need a GPU: work left on a side stream or a thread, and a cost model that claims too much.
+"""Planted cheats that need a GPU: work left on a side stream or a thread, a cost model that claims too much, and
+inputs pinned in the L2.
 
 ``eager_honest`` is the op done right; ``inflated`` is an op whose cost model counts a thousand times the bytes
 one call moves, so an honest impl of it times far above the calibrated ceiling (SUSPECT in strict mode).
+``tiny_stream`` is 16x16: its side-stream cheats end within microseconds and join the timed stream before they
+return, so nothing is late or wrong when the outputs are read; only where the work ran gives them away.
+``resident``'s ``eager_persisting_window`` sets a persisting access-policy window over its input before each call,
+so that the input would stay in the L2 through cold mode's eviction read if its persisting lines were not reset.
 """
 
 import threading
@@ -63,3 +68,104 @@ def inflated(x):
 @inflated.impl("eager_honest")
 def inflated_honest(x):
     return x * x
+
+
+TINY = (16, 16)
+
+
+@kk.op(sizes=[TINY], cpu_sizes=[TINY], dtypes=[torch.float32])
+def tiny_stream(x):
+    """x squared, at a size whose kernel ends within microseconds."""
+    return x * x
+
+
+@tiny_stream.impl("eager_honest")
+def tiny_honest(x):
+    return x * x
+
+
+def _side_stream():
+    if not _side:
+        _side.append(torch.cuda.Stream())
+    return _side[0]
+
+
+@tiny_stream.impl("eager_side_stream_joined")
+def tiny_side_stream_joined(x):
+    stream = _side_stream()
+    y = torch.empty_like(x)
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):  # through torch.cuda.set_stream, in Python
+        torch.mul(x, x, out=y)
+    torch.cuda.current_stream().wait_stream(stream)  # joined: the output is complete once the timed stream is done
+    return y
+
+
+@tiny_stream.impl("eager_side_stream_entered")
+def tiny_side_stream_entered(x):
+    stream = _side_stream()
+    y = torch.empty_like(x)
+    stream.wait_stream(torch.cuda.current_stream())
+    with stream:  # torch.Stream's own context manager: the switch is made in C++, no Python setter runs
+        torch.mul(x, x, out=y)
+    torch.cuda.current_stream().wait_stream(stream)
+    return y
+
+
+RESIDENT = (2048, 1024)  # 8 MiB of fp32: within an H100's persisting set-aside, a small share of its L2
+
+
+@kk.op(sizes=[RESIDENT], cpu_sizes=[(64, 48)], dtypes=[torch.float32])
+def resident(x):
+    """Row sums: reads the whole input, writes one value per row (the time is the input's read)."""
+    return x.sum(dim=1)
+
+
+@resident.impl("eager_honest")
+def resident_honest(x):
+    return x.sum(dim=1)
+
+
+def pin_in_l2(x):
+    """Set aside the most persisting L2 the device allows and mark ``x`` persisting on the current stream."""
+    from cuda.bindings import runtime as rt
+
+    index = torch.cuda.current_device()
+    err, most = rt.cudaDeviceGetAttribute(rt.cudaDeviceAttr.cudaDevAttrMaxPersistingL2CacheSize, index)
+    _checked(err, "reading the persisting L2 maximum")
+    err, widest = rt.cudaDeviceGetAttribute(rt.cudaDeviceAttr.cudaDevAttrMaxAccessPolicyWindowSize, index)
+    _checked(err, "reading the widest access-policy window")
+    (err,) = rt.cudaDeviceSetLimit(rt.cudaLimit.cudaLimitPersistingL2CacheSize, most)
+    _checked(err, "setting the persisting L2 aside")
+    value = rt.cudaStreamAttrValue()
+    window = value.accessPolicyWindow
+    window.base_ptr = x.data_ptr()
+    window.num_bytes = min(x.numel() * x.element_size(), most, widest)
+    window.hitRatio = 1.0
+    window.hitProp = rt.cudaAccessProperty.cudaAccessPropertyPersisting
+    window.missProp = rt.cudaAccessProperty.cudaAccessPropertyStreaming
+    (err,) = rt.cudaStreamSetAttribute(torch.cuda.current_stream().cuda_stream,
+                                       rt.cudaStreamAttrID.cudaLaunchAttributeAccessPolicyWindow, value)
+    _checked(err, "setting the access-policy window")
+
+
+def unpin_l2():
+    """Give the set-aside back and clear the current stream's window (a test's cleanup)."""
+    from cuda.bindings import runtime as rt
+
+    value = rt.cudaStreamAttrValue()
+    rt.cudaStreamSetAttribute(torch.cuda.current_stream().cuda_stream,
+                              rt.cudaStreamAttrID.cudaLaunchAttributeAccessPolicyWindow, value)
+    rt.cudaCtxResetPersistingL2Cache()
+    rt.cudaDeviceSetLimit(rt.cudaLimit.cudaLimitPersistingL2CacheSize, 0)
+
+
+def _checked(err, what):
+    if int(err) != 0:
+        raise RuntimeError(f"{what}: {err}")
+
+
+@resident.impl("eager_persisting_window")
+def persisting_window(x):
+    pin_in_l2(x)
+    return x.sum(dim=1)

@@ -8,6 +8,8 @@ by canaries, threads and late writes after a call returns, the declared kernels 
   (all 0xFF: NaN in every float dtype), so a write past either end and a read of memory never written both show.
 - ``LaunchWatch``: wraps the launch method of each declared kernel object for the call (Triton's ``run``, a
   CudaKernel's ``launch``) and counts launches: the backend's own launch path, on the CPU interpreter too.
+- ``StreamWatch``: on a GPU, work a call puts on any stream but the timed one, however short: switches of torch's
+  current stream, and aten ops and declared kernels launched while another stream is current.
 - ``new_threads``: threads alive after a call that were not before it.
 """
 
@@ -18,7 +20,7 @@ import importlib
 import sys
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -113,15 +115,19 @@ class Fence:
 
 
 class GuardedAllocations(TorchDispatchMode):
-    """Every tensor allocated by torch.empty/zeros and their kin inside the block sits between canaries."""
+    """Every tensor allocated by torch.empty/zeros and their kin inside the block sits between canaries; with
+    ``streams``, every aten op is also looked at for the stream it is launched on."""
 
-    def __init__(self) -> None:
+    def __init__(self, streams: StreamWatch | None = None) -> None:
         super().__init__()
         self.fences: list[Fence] = []
+        self.streams = streams
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Sequence[Any] = (), kwargs: Any = None) -> Any:
-        out = func(*args, **(kwargs or {}))
         name = func.overloadpacket.__name__
+        if self.streams is not None:
+            self.streams.look(f"aten::{name}")
+        out = func(*args, **(kwargs or {}))
         if name not in _FACTORIES or not isinstance(out, torch.Tensor) or out.layout != torch.strided:
             return out
         if out.numel() == 0 or out.dtype == torch.bool or out.is_meta:
@@ -170,10 +176,13 @@ _LAUNCH_METHODS = ("run", "launch")
 
 
 class LaunchWatch:
-    """Counts launches of the impl's declared kernel objects while it is entered (restores them on exit)."""
+    """Counts launches of the impl's declared kernel objects while it is entered (restores them on exit); with
+    ``streams``, each launch is also looked at for the stream it goes to (Triton and CudaKernel launch on torch's
+    current stream)."""
 
-    def __init__(self, kernels: Sequence[Any]) -> None:
+    def __init__(self, kernels: Sequence[Any], streams: StreamWatch | None = None) -> None:
         self.launches: dict[str, int] = {}
+        self.streams = streams
         self._hooked: list[tuple[Any, str, bool]] = []
         self._objects = [k for k in (_kernel_object(k) for k in kernels) if k is not None]
 
@@ -203,6 +212,8 @@ class LaunchWatch:
 
     def _counting(self, original: Any, name: str) -> Any:
         def launch(*args: Any, **kwargs: Any) -> Any:
+            if self.streams is not None:
+                self.streams.look(f"kernel {name}")
             value = original(*args, **kwargs)
             self.launches[name] += 1  # a launch that raised did not run
             return value
@@ -249,6 +260,77 @@ def kernel_name(obj: Any) -> str:
         if isinstance(name, str):
             return name
     return type(obj).__name__
+
+
+# ---- streams -----------------------------------------------------------------------------------------------
+
+# torch._C's setters, where torch.cuda.stream(), torch.cuda.set_stream and torch.accelerator.set_stream all end.
+_STREAM_SETTERS = ("_cuda_setStream", "_accelerator_setStream")
+
+
+def _current_stream() -> tuple[int, int]:
+    """(device index, raw CUDA stream handle) of torch's current stream: ~0.3 us through torch._C's raw getter."""
+    index = torch.cuda.current_device()
+    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+    return index, int(raw(index)) if raw is not None else torch.cuda.current_stream(index).cuda_stream
+
+
+class StreamWatch:
+    """What a call put on a stream other than the timed one (torch's current stream when the call began).
+
+    Entered around each call (``on``: a guarded call on a GPU; else it watches nothing). While entered, torch._C's
+    stream setters are wrapped: a switch to another stream is seen when it is made, by a context manager or a setter,
+    whether or not any work follows. ``look(what)``, called for each aten op (GuardedAllocations) and each declared
+    kernel's launch (LaunchWatch), sees work launched while another stream is current, however it became current
+    (C++ included). Neither depends on how long the work runs. ``seen`` lists what was found (at most SEEN_MAX).
+    ``current`` reads (device, raw handle) of the current stream; tests give a stand-in.
+    """
+
+    SEEN_MAX = 4
+
+    def __init__(self, on: bool, current: Callable[[], tuple[int, int]] | None = None) -> None:
+        self.on = on
+        self._current = current or _current_stream
+        self.timed: tuple[int, int] | None = None
+        self.seen: list[str] = []
+        self._wrapped: list[tuple[str, Any]] = []
+
+    def __enter__(self) -> StreamWatch:
+        self.seen = []
+        if not self.on:
+            return self
+        self.timed = self._current()
+        for name in _STREAM_SETTERS:
+            original = getattr(torch._C, name, None)
+            if original is not None:
+                setattr(torch._C, name, self._switching(original))
+                self._wrapped.append((name, original))
+        return self
+
+    def _switching(self, original: Any) -> Any:
+        def switch(*args: Any, **kwargs: Any) -> Any:
+            value = original(*args, **kwargs)
+            self.look("a switch of torch's current stream")
+            return value
+
+        return switch
+
+    def look(self, what: str) -> None:
+        """Note ``what`` when the current stream is not the timed one (nothing outside a call)."""
+        if self.timed is None:
+            return
+        now = self._current()
+        if now == self.timed or len(self.seen) >= self.SEEN_MAX or any(s.startswith(what + " ") for s in self.seen):
+            return
+        self.seen.append(f"{what} on stream {now[1]:#x} of cuda:{now[0]} (the timed stream is {self.timed[1]:#x})")
+
+    def __exit__(self, *exc: object) -> None:
+        if self.timed is not None:
+            self.look("the call returned with torch's current stream")
+        for name, original in reversed(self._wrapped):
+            setattr(torch._C, name, original)
+        self._wrapped.clear()
+        self.timed = None
 
 
 # ---- threads and late writes ------------------------------------------------------------------------------------

@@ -63,6 +63,7 @@ class CallRecord:
     poisoned: list[int] = field(default_factory=list)  # outputs never written
     error: str = ""
     kernels: list[tuple[str, float, int]] = field(default_factory=list)  # (name, device us, stream) on a GPU
+    streams: list[str] = field(default_factory=list)  # work seen on a stream other than the timed one
 
 
 @wire.register
@@ -119,7 +120,8 @@ class StrictCallJob:
         guarded = impl.backend not in UNGUARDED_BACKENDS
         kept: list[torch.Tensor] = []  # earlier outputs, alive so that their storage cannot be handed out again
         previous: tuple[Any, ...] = ()
-        watch = guards.LaunchWatch(impl.kernels)
+        streams = guards.StreamWatch(device == "cuda" and guarded)
+        watch = guards.LaunchWatch(impl.kernels, streams)
         with watch:
             for number, (which, placement) in enumerate(self.plan):
                 inputs = unpack(self.sets[which], device)
@@ -131,7 +133,7 @@ class StrictCallJob:
                     inputs = previous
                 record = CallRecord()
                 try:
-                    self._call(impl.fn, inputs, device, number, record, kept, guarded)
+                    self._call(impl.fn, inputs, device, number, record, kept, guarded, streams)
                 except BackendUnavailable as exc:  # raised by the impl: it cannot run here (as in a plain check)
                     reply.status, reply.message = Status.SKIPPED, str(exc)
                     return reply
@@ -149,24 +151,28 @@ class StrictCallJob:
         return reply
 
     def _call(self, fn: Any, inputs: tuple[Any, ...], device: str, number: int, record: CallRecord,
-              kept: list[torch.Tensor], guarded: bool) -> None:
-        guard = guards.GuardedAllocations()
+              kept: list[torch.Tensor], guarded: bool, streams: guards.StreamWatch) -> None:
+        guard = guards.GuardedAllocations(streams)
         # On a GPU call 1 is profiled (streams, aten's share), without fences: their fills are aten kernels too.
         profile = device == "cuda" and number == 1 and guarded
         fenced = guarded and not profile
         if device == "cuda":
             torch.cuda.synchronize()
         with _profiled(profile) as prof:
+            if prof is not None:
+                torch.cuda._sleep(1)  # the marker: the first spin kernel of the trace names the timed stream
             before = guards.live_threads()  # after the profiler started: its threads are not the call's
-            if fenced:
-                with guard:
+            with streams:
+                if fenced:
+                    with guard:
+                        value = fn(*inputs)
+                else:
                     value = fn(*inputs)
-            else:
-                value = fn(*inputs)
             threads = guards.new_threads(before)
             if device == "cuda":
                 torch.cuda.current_stream().synchronize()
         record.threads = threads  # call 0's count only when it fails (a build starts pools)
+        record.streams = list(streams.seen)
         record.kind = "tensor" if isinstance(value, torch.Tensor) else type(value).__name__
         outs = value if isinstance(value, (tuple, list)) else (value,)
         record.subclasses = [type(o).__name__ for o in outs if isinstance(o, torch.Tensor) and type(o) is not
@@ -194,7 +200,8 @@ class StrictCallJob:
         record.inputs_after = pack(inputs)
         record.kind += "|" + ",".join(str(o.device) if isinstance(o, torch.Tensor) else "" for o in outs)
         if prof is not None:
-            record.kernels = _device_kernels(prof)
+            record.kernels, off = _device_kernels(prof)
+            record.streams.extend(off)
 
 
 def _build_failure(exc: BaseException) -> tuple[Status, str]:
@@ -230,17 +237,25 @@ class _profiled:
                 self.prof = None
 
 
-def _device_kernels(prof: Any) -> list[tuple[str, float, int]]:
-    """(name, device microseconds, stream) of each kernel the profiled call ran; [] when unreadable."""
+def _device_kernels(prof: Any) -> tuple[list[tuple[str, float, int]], list[str]]:
+    """(name, device microseconds, stream) of each kernel the profiled call ran, and what of its device work
+    (kernels, copies, fills) ran off the timed stream, named by the marker: the first spin kernel in the trace,
+    launched on the timed stream before the call. ([], []) when unreadable; no stream list without the marker."""
     try:
-        events = prof.profiler.kineto_results.events()
-        found = []
+        events = [e for e in prof.profiler.kineto_results.events() if "cuda" in str(e.device_type()).lower()]
+        marks = sorted((e for e in events if "spin_kernel" in e.name()), key=lambda e: e.start_ns())
+        marker = marks[0] if marks else None
+        timed = int(marker.device_resource_id()) if marker is not None else None
+        found, off = [], []
         for e in events:
-            if "cuda" not in str(e.device_type()).lower():
+            if e is marker:
                 continue
+            stream = int(e.device_resource_id())
+            if timed is not None and stream != timed and len(off) < guards.StreamWatch.SEEN_MAX:
+                off.append(f"{e.name()[:80]} ran on stream {stream} (the timed stream is {timed}, by the profiler)")
             if "memcpy" in e.name().lower() or "memset" in e.name().lower():
                 continue
-            found.append((e.name(), e.duration_ns() / 1e3, int(e.device_resource_id())))
-        return found
+            found.append((e.name(), e.duration_ns() / 1e3, stream))
+        return found, off
     except Exception:  # noqa: BLE001 - an older profiler: no stream or share check
-        return []
+        return [], []

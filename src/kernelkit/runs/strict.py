@@ -201,6 +201,10 @@ def _judge_call(number: int, which: int, record: CallRecord, prepared: Prepared,
     if record.threads and number > 0:
         return Status.CHEATED, (f"a thread the call started ({', '.join(record.threads)}) was still running when it "
                                 "returned: work outside the timed call")
+    if record.streams:
+        return Status.CHEATED, (f"{when}work of the call went to another stream than the timed one: "
+                                f"{'; '.join(record.streams[:2])}. All of a call's work belongs on the stream it "
+                                "was called on: the timer's events wait for no other").strip()
     if record.late:
         return Status.CHEATED, (f"output {record.late[0]} changed after the call returned and its stream was done: "
                                 "work left running on another stream or thread")
