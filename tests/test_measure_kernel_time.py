@@ -326,7 +326,7 @@ def test_kernel_mode_reads_the_sm_clock_once_per_batch_while_a_call_runs(no_cuda
     class Timer:
         source, last_cost = "fake", None
 
-        def times(self, fns, flush=None):
+        def times(self, fns, flush=None, reset=None):
             for fn in fns:
                 fn()
                 events.append("sync")

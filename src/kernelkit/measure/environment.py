@@ -3,6 +3,7 @@ cost, the clock reader, and the kernel-time probe. The timer (timer.py) opens on
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -11,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from kernelkit.measure import modes, samplers
+from kernelkit.measure.l2 import PersistingL2
 from kernelkit.measure.modes import Mode
 from kernelkit.measure.samplers import MeasureError
 
@@ -33,6 +35,7 @@ class Environment:
     _flush: torch.Tensor | None = field(default=None, repr=False)
     _evict_seconds: float | None = field(default=None, repr=False)
     _kernel_timer: KernelTimer | None = field(default=None, repr=False)
+    _l2: PersistingL2 | None = field(default=None, repr=False)
 
     @classmethod
     def open(cls, device: str, mode_name: str, graph_warm: bool = False) -> Environment:
@@ -72,15 +75,25 @@ class Environment:
             self._evict_seconds = time.perf_counter() - start
         return self._evict_seconds
 
+    @property
+    def l2(self) -> PersistingL2:
+        """What cold samples reset before their eviction (measure/l2.py): nothing on the CPU."""
+        if self._l2 is None:
+            self._l2 = PersistingL2.open(self.device)
+        return self._l2
+
     def _sync(self) -> None:
         if self.device == "cuda":
             torch.cuda.synchronize()
 
     def notes(self) -> list[str]:
-        """Warnings every result of this session carries (a capped CPU eviction)."""
+        """Warnings every result of this session carries (a capped CPU eviction; on a GPU, persisting L2 lines that
+        could not be reset, or samples that waited for their reset)."""
         if self.mode.evicts and self.device == "cpu":
             note = samplers.eviction_note(self.cache_bytes, self.device)
             return [note] if note else []
+        if self.mode.evicts and self._l2 is not None:
+            return self._l2.notes()
         return []
 
     # --- samplers --------------------------------------------------------------------------------------------
@@ -113,8 +126,12 @@ class Environment:
         from kernelkit.measure.stats import quantile
 
         flat = [fn for fn, n in zip(fns, calls, strict=True) for _ in range(n)]
+        evicts = self.mode.evicts
+        reset = None  # persisting L2 lines reset before each eviction, as before the samples
+        if evicts and self.l2.runtime is not None:
+            reset = functools.partial(self.l2.reset, torch.cuda.current_stream().cuda_stream)
         try:
-            times = self.kernel_timer.times(flat, self.flush if self.mode.evicts else None)
+            times = self.kernel_timer.times(flat, self.flush if evicts else None, reset)
         except MeasureError:
             return [None] * len(fns)
         out: list[float | None] = []

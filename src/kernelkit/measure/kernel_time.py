@@ -20,6 +20,7 @@ The SM clock is read once per batch in kernel mode, after one call's launch (whi
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
@@ -54,12 +55,16 @@ class KernelTimer:
     def open(cls) -> KernelTimer:
         return cls(CuptiTracer.open())
 
-    def times(self, fns: Sequence[Callable[[], Any]], flush: torch.Tensor | None = None) -> list[float]:
-        """Device seconds of each call's own work; MeasureError when no call ran any device work."""
+    def times(self, fns: Sequence[Callable[[], Any]], flush: torch.Tensor | None = None,
+              reset: Callable[[], None] | None = None) -> list[float]:
+        """Device seconds of each call's own work; MeasureError when no call ran any device work. ``reset`` runs
+        before each eviction (persisting L2 lines: measure/l2.py)."""
         marks: list[float] = []
 
         def before() -> None:
             marks.append(time.perf_counter())
+            if reset is not None:
+                reset()
             if flush is not None:
                 evict(flush)
             torch.cuda.synchronize()
@@ -186,11 +191,12 @@ class KernelSampler:
     device = "cuda"
 
     def __init__(self, fn: Callable[[], Any], timer: KernelTimer, flush: torch.Tensor | None = None,
-                 clock: Any = None) -> None:
+                 clock: Any = None, l2: Any = None) -> None:
         self.fn = fn
         self.timer = timer
         self.flush = flush
         self.clock = clock
+        self.l2 = l2  # measure.l2.PersistingL2: persisting lines reset before each eviction
         self.calls_per_sample = 1
 
     @property
@@ -216,7 +222,10 @@ class KernelSampler:
         readings: list[float] = []
         if self.clock is not None:
             fns[len(fns) // 2] = self._call_and_read_clock(readings)
-        times = self.timer.times(fns, self.flush)
+        reset = None
+        if self.flush is not None and self.l2 is not None and self.l2.runtime is not None:
+            reset = functools.partial(self.l2.reset, torch.cuda.current_stream().cuda_stream)
+        times = self.timer.times(fns, self.flush, reset)
         mhz = readings[0] if readings else None
         return [(t, mhz) for t in times]
 

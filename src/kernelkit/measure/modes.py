@@ -53,6 +53,9 @@ class Session(Protocol):
     @property
     def kernel_timer(self) -> Any: ...
 
+    @property
+    def l2(self) -> Any: ...  # measure.l2.PersistingL2
+
     def eviction_seconds(self) -> float: ...
 
 
@@ -116,8 +119,9 @@ def _cold(env: Session, contender: Contender, estimate: float) -> Any:
         sampler = samplers.CpuSampler(contender.fn, 1, env.flush)
         sampler.method = f"cold: one call per sample, timed with perf_counter_ns after reading {evicted} MiB"
         return sampler
-    sampler = samplers.EventSampler(contender.fn, env.flush, env.clock)
-    sampler.method = f"cold: a CUDA event pair around each call, after reading {evicted} MiB (2x the L2)"
+    sampler = samplers.EventSampler(contender.fn, env.flush, env.clock, env.l2)
+    reset = "resetting persisting L2 lines and " if env.l2.runtime is not None else ""
+    sampler.method = f"cold: a CUDA event pair around each call, after {reset}reading {evicted} MiB (2x the L2)"
     return sampler
 
 
@@ -163,7 +167,7 @@ def _tensor_bytes(args: Any) -> int:
 def _kernel(env: Session, contender: Contender, estimate: float) -> Any:
     from kernelkit.measure.kernel_time import KernelSampler  # CUPTI or the profiler: imported where a GPU times
 
-    return KernelSampler(contender.fn, env.kernel_timer, env.flush, env.clock)
+    return KernelSampler(contender.fn, env.kernel_timer, env.flush, env.clock, env.l2)
 
 
 # The built-in modes, in the order the command line lists them (a user's file may ``register`` another).

@@ -10,7 +10,9 @@ torch.utils.benchmark's Timer) pauses it: a collection inside a timed window is 
 - cold: one call per sample; before every sample an eviction buffer is read, outside the timed window, so each
   sample starts with the call's data out of cache. A read, not a write: a written buffer leaves dirty lines that
   the timed call would then pay to write back (measured: +7% on a 2^26-float kernel on an H100). Its size is
-  ``eviction_bytes``: 2x the GPU's L2; on the CPU 2x the last-level cache but at most CPU_EVICTION_CAP.
+  ``eviction_bytes``: 2x the GPU's L2; on the CPU 2x the last-level cache but at most CPU_EVICTION_CAP. On a GPU,
+  persisting L2 lines are turned back to normal before the read (measure/l2.py): lines pinned by an access-policy
+  window would stay in the L2 through it.
 - hot: n back-to-back calls between one pair of timestamps (one CUDA event pair on a GPU, perf_counter_ns on the
   CPU), no eviction; a sample is their mean, n chosen so a sample lasts about HOT_SAMPLE_SECONDS. Between the
   timestamps is a bare ``for _ in range(n): fn()``: ``fn`` is the user's function with its arguments bound by
@@ -139,15 +141,30 @@ class CpuSampler:
         return out
 
 
+def cold_before(flush: torch.Tensor, l2: Any = None, stream: int = 0) -> Callable[[], None]:
+    """What runs before each cold sample, outside its timed window: the reset of persisting L2 lines on ``stream``
+    (``l2``, a measure.l2.PersistingL2; skipped where it has no runtime), then the eviction read."""
+    if l2 is None or l2.runtime is None:
+        return lambda: evict(flush)
+
+    def before() -> None:
+        l2.reset(stream)
+        evict(flush)
+
+    return before
+
+
 class EventSampler:
-    """cold on a GPU (and warm-up in every mode): a CUDA event pair around each call, on the current stream."""
+    """cold on a GPU (and warm-up in every mode): a CUDA event pair around each call, on the current stream; with
+    ``flush``, each sample's persisting L2 lines reset (``l2``) and the buffer read before its first event."""
 
     device = "cuda"
 
-    def __init__(self, fn: Callable[[], Any], flush: torch.Tensor | None, clock: Any = None) -> None:
+    def __init__(self, fn: Callable[[], Any], flush: torch.Tensor | None, clock: Any = None, l2: Any = None) -> None:
         self.fn = fn
         self.clock = clock
         self.flush = flush
+        self.l2 = l2
         self.calls_per_sample = 1
 
     def one(self) -> float:
@@ -155,7 +172,8 @@ class EventSampler:
 
     def batch(self, k: int, deadline: float | None = None) -> list[Sample]:
         flush = self.flush
-        return event_samples(self.fn, k, deadline, self.clock, before=None if flush is None else lambda: evict(flush))
+        before = None if flush is None else cold_before(flush, self.l2, torch.cuda.current_stream().cuda_stream)
+        return event_samples(self.fn, k, deadline, self.clock, before=before)
 
 
 def event_samples(call: Callable[[], Any], k: int, deadline: float | None, clock: Any = None, *,
