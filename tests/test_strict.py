@@ -29,6 +29,8 @@ EXPECTED = {
     "eager_reads_freed_reference": (Status.INCORRECT_NUMERICS, "never written"),
     "eager_replay_by_address": (Status.CHEATED, "replayed"),
     "eager_replay_by_version": (Status.PASSED, ""),  # correct by PyTorch's contract: strict bench catches it
+    "eager_call_counter_3": (Status.PASSED, ""),  # every call of a check computes: strict bench catches it
+    "eager_call_counter_8": (Status.PASSED, ""),
     "eager_replay_by_content": (Status.CHEATED, "replayed"),
     "eager_background_thread": (Status.CHEATED, "thread"),
     "eager_lazy_subclass": (Status.CHEATED, "torch.Tensor subclass"),
@@ -120,6 +122,18 @@ def test_a_cache_keyed_on_the_inputs_version_is_caught_by_strict_bench():
     assert result.status is Status.CHEATED and "same output storage" in result.message, result.message
 
 
+def test_a_cache_keyed_on_a_call_count_is_caught_by_strict_bench():
+    # Right whenever timed calls cycle over 3 (or 8) input sets in order; the sets are drawn at random call by call.
+    report = kk.bench_op(str(CHEATS / "cheat_ops.py"), device="cpu", baselines=False, budget=0.05, strict=True,
+                         impls=["eager_honest", "eager_call_counter_3", "eager_call_counter_8"])
+    by_impl = {r.impl: r for r in report.results}
+    assert by_impl["eager_honest"].status is Status.PASSED, by_impl["eager_honest"].message
+    for impl in ("eager_call_counter_3", "eager_call_counter_8"):
+        result = by_impl[impl]
+        assert result.status is Status.CHEATED, f"{impl}: {result.status.value}: {result.message}"
+        assert "answer: replayed, not computed" in result.message and "call count" in result.message
+
+
 # ---- the pieces ---------------------------------------------------------------------------------------------
 
 
@@ -183,18 +197,23 @@ def test_outputs_far_from_order_one_carry_a_note():
 @pytest.fixture(scope="module")
 def gpu_strict_results():
     report = kk.check(str(CHEATS / "gpu_cheats.py"), device="cuda", strict=True, impls=[
-        "eager_honest", "eager_side_stream", "eager_gpu_thread"])
+        "eager_honest", "eager_side_stream", "eager_gpu_thread", "eager_side_stream_joined",
+        "eager_side_stream_entered"])
     return {(r.op, r.impl): r for r in report.results}
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize(("impl", "status", "words"), [
-    ("eager_honest", Status.PASSED, ""),
-    ("eager_side_stream", Status.CHEATED, "another stream"),
-    ("eager_gpu_thread", Status.CHEATED, "thread"),
+@pytest.mark.parametrize(("op", "impl", "status", "words"), [
+    ("gpu_cheat", "eager_honest", Status.PASSED, ""),
+    ("gpu_cheat", "eager_side_stream", Status.CHEATED, "another stream"),
+    ("gpu_cheat", "eager_gpu_thread", Status.CHEATED, "thread"),
+    # 16x16: the side stream's work ends within microseconds and is joined before the call returns
+    ("tiny_stream", "eager_honest", Status.PASSED, ""),
+    ("tiny_stream", "eager_side_stream_joined", Status.CHEATED, "another stream"),
+    ("tiny_stream", "eager_side_stream_entered", Status.CHEATED, "another stream"),
 ])
-def test_work_off_the_timed_stream_fails_strict_mode_on_gpu(gpu_strict_results, impl, status, words):
-    result = gpu_strict_results[("gpu_cheat", impl)]
+def test_work_off_the_timed_stream_fails_strict_mode_on_gpu(gpu_strict_results, op, impl, status, words):
+    result = gpu_strict_results[(op, impl)]
     assert result.status is status, f"{impl}: {result.status.value}: {result.message}"
     assert words in result.message
 

@@ -213,3 +213,26 @@ def writes_past_end_raw(x):
     out.copy_(y)
     ctypes.memset(out.data_ptr() + out.numel() * out.element_size(), 0, 1024)  # 1 KiB past the end
     return out
+
+
+def _call_counter(k):
+    # Counts calls and computes only the first k of a series (a new shape, dtype or device starts one), then answers
+    # call n with a copy of what it computed for call n mod k: right whenever the harness cycles over k input sets in
+    # order. Copies, so no output storage is ever returned twice.
+    series = {"key": None, "n": 0, "answers": []}
+
+    def impl(x):
+        key = (x.shape, x.dtype, x.device)
+        if key != series["key"]:
+            series.update(key=key, n=0, answers=[])
+        n = series["n"]
+        series["n"] = n + 1
+        if n < k:
+            series["answers"].append(x * x)
+        return series["answers"][n % k].clone()
+
+    return impl
+
+
+cheat.impl("eager_call_counter_3")(_call_counter(3))
+cheat.impl("eager_call_counter_8")(_call_counter(8))

@@ -1,14 +1,22 @@
 """Strict mode's benchmark, the worker's side (runs/strict_bench.py plans it and judges what comes back): the
-contenders timed on input sets sent as bytes, in rotation, and the outputs of the calls drawn for judging sent back
-as bytes.
+contenders timed on input sets sent as bytes, each call on a set drawn at random, and the outputs of the calls
+drawn for judging sent back as bytes.
 
-Timed call n runs on set n mod ROTATION (the same tensors every time round, so the timing is the usual one, plus
-the rotation's bookkeeping, a fraction of a microsecond); the outputs of the calls in ``keep`` (drawn by the judging
-process: one in each power-of-two range, the last KEPT reached) and of the last call are kept alive and packed.
+Each timed call runs on one of the sets, drawn from os.urandom when the call before it has returned (the first when
+the rotation is made), so no order exists before it is used: a cache keyed on a call count answers for the wrong
+set. Whether a call's output is kept is drawn after that call returned, never before: one call in each
+power-of-two range of call numbers is kept (reservoir sampling: call n of a range that began at call b replaces the
+range's pick with probability 1/(n - b + 1)), the picks of the last ``len(sets)`` ranges reached and the last call
+stay alive and are packed, so an answer returned twice from the same storage meets itself (more kept calls than
+sets). The draws live in the rotation's closure, not in attributes; the impl runs in this process and could still
+read them by inspecting frames, but never a draw that is yet to be made. One draw costs one os.urandom read, about
+0.3 us on the host per timed call (measured on the CPU), inside the timed window; the same tensors serve every time
+round, so the timing is otherwise the usual one.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -35,9 +43,7 @@ from kernelkit.measure.timer import Contender, Settings
 from kernelkit.results import Status
 from kernelkit.spec import Size
 
-ROTATION = 3
-KEPT = 4
-RANGES = 24  # call numbers drawn in [2^j, 2^(j+1)) for j < RANGES: up to 16M timed calls
+Kept = tuple[int, int, Any]  # (call number, input set, what the call returned)
 
 
 @wire.register
@@ -51,31 +57,42 @@ class StrictBenchOutcome(BenchOutcome):
     tampered: list[str] = field(default_factory=list)
 
 
-class _Rotation:
-    """The timed callable: call n on set n mod len(sets); keeps the outputs of the drawn calls and the last."""
+def rotation(fn: Callable[..., Any], sets: Sequence[tuple[Any, ...]]
+             ) -> tuple[Callable[[], None], Callable[[str], list[tuple[int, int, bytes, tuple[int, ...]]]]]:
+    """The timed callable over ``sets`` (a bare closure: no attributes to read) and the function that packs its
+    kept outputs on ``device`` once timing is done: (call number, input set, outputs as bytes, storage addresses).
+    """
+    count = len(sets)
+    picks: dict[int, Kept] = {}  # power-of-two range of call numbers -> the call kept from it so far
+    state: list[Any] = [0, _draw(count)[0], None]  # next call number, its input set, the last call
 
-    def __init__(self, fn: Callable[..., Any], sets: Sequence[tuple[Any, ...]], keep: frozenset[int]) -> None:
-        self.fn, self.sets, self.keep = fn, list(sets), keep
-        self.n = 0
-        self.kept: list[tuple[int, int, Any]] = []
-        self.last: tuple[int, int, Any] | None = None
+    def timed() -> None:
+        n, which = state[0], state[1]
+        out = fn(*sets[which])
+        state[1], chance = _draw(count)
+        state[0], state[2] = n + 1, (n, which, out)
+        band = n.bit_length()  # 0: call 0; b: calls 2^(b-1) .. 2^b - 1
+        if chance % (n - ((1 << band) >> 1) + 1) == 0:
+            picks[band] = state[2]
+            if band - count in picks:
+                del picks[band - count]
 
-    def __call__(self) -> None:
-        n = self.n
-        self.n = n + 1
-        which = n % len(self.sets)
-        out = self.fn(*self.sets[which])
-        self.last = (n, which, out)
-        if n in self.keep:
-            self.kept.append(self.last)
-            if len(self.kept) > KEPT:
-                del self.kept[0]
-
-    def packed(self, device: str) -> list[tuple[int, int, bytes, tuple[int, ...]]]:
+    def packed(device: str) -> list[tuple[int, int, bytes, tuple[int, ...]]]:
         if device == "cuda":
             torch.cuda.synchronize()
-        chosen = [*self.kept, *([self.last] if self.last is not None and self.last not in self.kept else [])]
+        chosen = sorted(picks.values(), key=lambda kept: kept[0])
+        last = state[2]
+        if last is not None and all(kept[0] != last[0] for kept in chosen):
+            chosen.append(last)
         return [(n, which, pack(verify.as_outputs(out)), _storages(out)) for n, which, out in chosen]
+
+    return timed, packed
+
+
+def _draw(count: int) -> tuple[int, int]:
+    """(an input set below ``count``, a 32-bit number) from one os.urandom read (the modulo's bias: count / 2^32)."""
+    raw = int.from_bytes(os.urandom(8), "little")
+    return (raw >> 32) % count, raw & 0xFFFFFFFF
 
 
 def _storages(out: Any) -> tuple[int, ...]:
@@ -85,7 +102,8 @@ def _storages(out: Any) -> tuple[int, ...]:
 
 @dataclass(frozen=True)
 class StrictBenchJob:
-    """Time ``contenders`` on the packed input ``sets`` in rotation; outputs of the ``keep`` calls come back."""
+    """Time ``contenders`` on the packed input ``sets``, drawn at random call by call; the outputs of calls drawn
+    after they returned come back."""
 
     source: str
     op: str
@@ -94,7 +112,6 @@ class StrictBenchJob:
     contenders: tuple[tuple[str, str], ...]
     settings: Settings
     sets: tuple[bytes, ...]
-    keep: frozenset[int]
     cost: tuple[int, int | None, int]  # bytes, flops, working set of one call
 
     @property
@@ -124,28 +141,29 @@ class StrictBenchJob:
         settle_kind(op, sets[0])
         ceilings = device_ceilings(device, notices) if self.settings.calibrate else None
         outcome = StrictBenchOutcome([])
-        entries: list[tuple[BenchResult, Contender, _Rotation]] = []
+        entries: list[tuple[BenchResult, Contender, Callable[[str], Any]]] = []
         for name, role in self.contenders:
             impl = contender_impl(op, name)
             result = self._result(name, role, device, Status.PASSED, backend=impl.backend)
             outcome.results.append(result)
-            rotation = _Rotation(impl.fn, [verify.fresh_copies(s) for s in sets], self.keep)
+            copies = [verify.fresh_copies(s) for s in sets]
+            timed, packed = rotation(impl.fn, copies)
             try:
-                first = timer.first_call(rotation, device)
+                first = timer.first_call(timed, device)
             except Exception as exc:  # noqa: BLE001 - reported as this contender's status
                 result.status, result.message = Status.RUNTIME_ERROR, describe_exception(exc)
                 continue
             fn = impl.fn
-            entries.append((result, Contender(impl.name, rotation, nbytes, flops, working, first_call=first,
-                                              args=rotation.sets[0],
-                                              make_call=lambda copies, fn=fn: lambda: fn(*copies)), rotation))
+            entries.append((result, Contender(impl.name, timed, nbytes, flops, working, first_call=first,
+                                              args=copies[0], make_call=lambda args, fn=fn: lambda: fn(*args)),
+                            packed))
         if on_built is not None:
             on_built()
         measured = timer.bench_many([c for _, c, _ in entries], self.settings, device)
-        for (result, _, rotation), m in zip(entries, measured, strict=True):
+        for (result, _, packed), m in zip(entries, measured, strict=True):
             if not attach_timing(result, m, nbytes, flops, ceilings, op):
                 continue
-            outcome.rechecks[result.impl] = rotation.packed(device)
+            outcome.rechecks[result.impl] = packed(device)
         outcome.tampered = SEAL.tampered()
         return outcome
 

@@ -1,12 +1,14 @@
 """Strict mode's benchmark, the judging side (the worker's side is jobs/strict_bench.py): strict checks as the gate,
-timed calls on rotating secret inputs, each drawn output judged here.
+timed calls on secret inputs drawn at random, each kept output judged here.
 
 For one (op, size, dtype):
 1. each case is checked in strict mode (runs/strict.py); only PASSED ones are timed;
-2. this process draws ROTATION input sets from secret seeds and computes their references; the worker gets the
-   inputs only, as bytes. Timed call n runs on set n mod ROTATION, and the outputs of calls whose numbers this
-   process drew at random (one in each power-of-two range, the last KEPT reached) and of the last call come back
-   as bytes, to be judged here against their own set's reference;
+2. this process draws SETS input sets from secret seeds (fewer where SETS would not fit in MEMORY_SHARE of the
+   free memory: the results say so) and computes their references; the worker gets the inputs only, as bytes.
+   Each timed call runs on a set drawn at random once the call before it returned, and the outputs of calls the
+   worker drew after they returned (one in each power-of-two range of call numbers, the last ranges reached) and
+   of the last call come back as bytes, to be judged here against their own set's reference (an answer that is
+   another set's is a replay);
 3. the baselines are timed in a job of their own, on sets of their own: the eager baseline is the reference,
    and its outputs must not sit in the process that runs the impls;
 4. a harness object replaced while timing is CHEATED; a time above SUSPECT_PCT of the calibrated ceiling is
@@ -19,13 +21,14 @@ import secrets
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import psutil
 import torch
 
 from kernelkit.deadline import Expired, deadline
 from kernelkit.errors import BackendUnavailable, InputError
 from kernelkit.jobs import check as check_module
 from kernelkit.jobs.bench import gate_message, speedups
-from kernelkit.jobs.strict_bench import RANGES, ROTATION, StrictBenchJob, StrictBenchOutcome
+from kernelkit.jobs.strict_bench import StrictBenchJob, StrictBenchOutcome
 from kernelkit.jobs.strict_worker import pack, unpack
 from kernelkit.loading import load
 from kernelkit.measure import modes
@@ -35,9 +38,9 @@ from kernelkit.results import Status
 from kernelkit.runs.strict import StrictChecker, judging_timeout
 from kernelkit.spec import BASELINES, parse_dtype
 
-
-def _secret_keep() -> frozenset[int]:
-    return frozenset(secrets.randbelow(1 << j) + (1 << j) for j in range(RANGES))
+SETS = 8  # input sets the timed calls draw from, where they fit
+MIN_SETS = 3
+MEMORY_SHARE = 0.5  # of the memory free when the sets are planned: the rest is the timing's and the impls'
 
 
 def run_group(worker: Any, group: Any, settings: Settings, device: str, timeout: float,
@@ -67,10 +70,12 @@ def _time(worker: Any, group: Any, contenders: tuple[tuple[str, str], ...], sett
           device: str, timeout: float) -> list[BenchResult]:
     op = load(group.source)[group.op]
     dtype = parse_dtype(group.dtype)
+    note = ""
     try:
         with deadline(timeout):  # the op's own code, run here: bounded as a case is (runs/strict.py)
-            made = [check_module.reference_outputs(op, group.size, dtype, device, secrets.randbelow(2**31 - 1) + 1)
-                    for _ in range(ROTATION)]
+            made = [_made(op, group, dtype, device)]
+            count, note = set_count(_set_bytes(made[0], len(contenders)), free_bytes(device), device)
+            made.extend(_made(op, group, dtype, device) for _ in range(count - 1))
             nbytes, flops = op.cost(made[0][0], made[0][2])
     except (BackendUnavailable, InputError, Expired) as exc:
         status, message = ((Status.SKIPPED, str(exc)) if isinstance(exc, BackendUnavailable) else
@@ -80,10 +85,12 @@ def _time(worker: Any, group: Any, contenders: tuple[tuple[str, str], ...], sett
                             message=message) for name, role in contenders]
     working = sum(t.numel() * t.element_size() for t in (*made[0][0], *made[0][2]) if isinstance(t, torch.Tensor))
     job = StrictBenchJob(group.source, group.op, group.size, group.dtype, contenders, settings,
-                         tuple(pack(m[0]) for m in made), _secret_keep(), (nbytes, flops, working))
+                         tuple(pack(m[0]) for m in made), (nbytes, flops, working))
     outcome: StrictBenchOutcome = worker.run(job, job.timeout)
     atol, rtol = op.tolerance_for(dtype)
     for result in outcome.results:
+        if note:
+            result.warnings.append(note)
         if result.status is not Status.PASSED:
             if outcome.log:
                 result.details.setdefault("log", outcome.log)
@@ -93,6 +100,43 @@ def _time(worker: Any, group: Any, contenders: tuple[tuple[str, str], ...], sett
         if verdict is not None:
             result.status, result.message = verdict
     return outcome.results
+
+
+def _made(op: Any, group: Any, dtype: torch.dtype, device: str) -> Any:
+    return check_module.reference_outputs(op, group.size, dtype, device, secrets.randbelow(2**31 - 1) + 1)
+
+
+def _set_bytes(made: Any, contenders: int) -> int:
+    """Memory one input set takes, both processes together: here its inputs, references and packed inputs; in the
+    worker its inputs, one copy per contender and, per contender, one kept output (the size of the reference's)."""
+    inputs = _tensor_bytes(made[0])
+    outputs = _tensor_bytes(made[2])
+    return inputs + _tensor_bytes(made[1]) + outputs + inputs + inputs * (1 + contenders) + outputs * contenders
+
+
+def _tensor_bytes(values: Sequence[Any]) -> int:
+    return sum(t.numel() * t.element_size() for t in values if isinstance(t, torch.Tensor))
+
+
+def free_bytes(device: str) -> int:
+    """Memory free now where the sets live: the GPU's (torch.cuda.mem_get_info), else the host's."""
+    if device == "cuda":
+        return int(torch.cuda.mem_get_info()[0])
+    return int(psutil.virtual_memory().available)
+
+
+def set_count(per_set: int, free: int, device: str) -> tuple[int, str]:
+    """How many input sets the timed calls draw from: SETS where they fit in MEMORY_SHARE of ``free``, else as many
+    as fit, MIN_SETS at least; with a warning saying why when it is fewer than SETS."""
+    room = int(free * MEMORY_SHARE)
+    if per_set <= 0 or SETS * per_set <= room:
+        return SETS, ""
+    count = max(MIN_SETS, room // per_set)
+    where = "GPU" if device == "cuda" else "host"
+    return count, (f"strict bench: timed calls draw from {count} input sets, not {SETS}: {SETS} would take "
+                   f"{SETS * per_set / 2**30:.1f} GiB, more than {MEMORY_SHARE:.0%} of the "
+                   f"{free / 2**30:.1f} GiB of {where} memory free; a cache keyed on a call count guesses right once "
+                   f"in {count} calls")
 
 
 def _judge_timed(outcome: StrictBenchOutcome, result: BenchResult, made: Sequence[Any], atol: float,
@@ -115,6 +159,12 @@ def _judge_timed(outcome: StrictBenchOutcome, result: BenchResult, made: Sequenc
                      for o, r in zip(unpack(data, "cpu"), refs, strict=False))
         verdict = check_module.judge(outs, refs, los, atol, rtol)
         if verdict.status is not Status.PASSED:
+            other = next((j for j, m in enumerate(made) if j != which and
+                          check_module.judge(outs, m[1], m[2], atol, rtol).status is Status.PASSED), None)
+            if other is not None:
+                return Status.CHEATED, (f"timed call {n} ran on input set {which} and returned input set {other}'s "
+                                        "answer: replayed, not computed (a cache keyed on a call count, or on "
+                                        "inputs seen before?)")
             return verdict.status, f"timed call {n} (input set {which}) was wrong: {verdict.message}"
     ceiling = result.measurement.ceiling if result.measurement is not None else None
     # Only where every sample starts from memory (cold mode on a GPU) is a rate above the ceiling impossible; hot,
