@@ -44,7 +44,8 @@ reads every import statement and holds the code to this; no two modules import e
                     knows a backend by name; sass.py: what compiled kernels hold
     loading.py      import a source of ops once per process
     measure/        the timing engine: timer, the modes registry (modes.py), samplers, stats; ceilings.py (measured
-                    and cached) and limits.py (where a result stands); host.py (the fingerprint); memory
+                    and cached) and limits.py (where a result stands); host.py (the fingerprint); memory; l2.py
+                    (persisting L2 lines reset before each cold sample)
     spec.py         Op, Impl, Case, CaseSetup: the data model; verify.py: comparison by the tolerance rule
     registry.py     backends by name (read by spec.py without importing any backend); results.py, values.py
                     (sizes, dtypes, tolerances), cache.py, units.py
