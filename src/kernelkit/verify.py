@@ -171,6 +171,23 @@ def passes(out: Probe, ref: torch.Tensor, atol: float, rtol: float, ref_err: flo
     return True
 
 
+def kind_of(value: Any) -> str:
+    """What a call returned, before ``as_outputs``: 'tensor', 'tuple', 'list' or another type's name."""
+    return "tensor" if isinstance(value, torch.Tensor) else type(value).__name__
+
+
+def check_kind(returned: str, expected: str) -> Verdict | None:
+    """The kind of a call's return value (``kind_of``) against the reference's: a tensor where it returns a tensor
+    (a 1-tuple is not one), a tuple or list where it returns a tuple or list; None when they match, or when the
+    reference returns something else (its structure is then compared output by output)."""
+    sequence = ("tuple", "list")
+    if expected == "tensor" and returned != "tensor":
+        return Verdict(Status.INCORRECT_SHAPE, f"it returned a {returned} where the reference returns a tensor")
+    if expected in sequence and returned not in sequence:
+        return Verdict(Status.INCORRECT_SHAPE, f"it returned a {returned} where the reference returns a {expected}")
+    return None
+
+
 def check_structure(outs: Sequence[Any], expected: Sequence[Any]) -> Verdict | None:
     """Number, kind, shape, dtype and device of the outputs; None when all match."""
     if len(outs) != len(expected):

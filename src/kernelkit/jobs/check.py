@@ -98,21 +98,24 @@ def _check(result: CaseResult, op: Op, impl: Impl, case: Case, device: str) -> N
     dtype = parse_dtype(case.dtype)
     atol, rtol = op.tolerance_for(dtype)
     inputs, refs, los = reference_outputs(op, case.size, dtype, device, case.seed)
+    expected = reference_kind(op, case.size, dtype, device, case.seed)
     result.bytes, result.flops = op.cost(inputs, los)
     errors = verify.reference_errors(refs, los)
 
     snapshot = verify.clone_inputs(inputs)
     before = backends.build_state(op, impl)
-    outs = _call(impl, inputs, los, device)
+    value = _call(impl, inputs, los, device)
+    outs = verify.as_outputs(value)
     result.details.update(backends.build_details(op, impl, before))  # tuning and compile time, apart from run time
-    verdict = judge(outs, refs, los, atol, rtol, inputs=inputs, snapshot=snapshot, errors=errors)
+    verdict = judge(outs, refs, los, atol, rtol, inputs=inputs, snapshot=snapshot, errors=errors,
+                    kinds=(verify.kind_of(value), expected))
     if verdict.comparison is not None:
         result.max_abs_err = verdict.comparison.max_abs_err
         result.max_rel_err = verdict.comparison.max_rel_err
     if verdict.status is not Status.PASSED:
         result.status, result.message = verdict.status, verdict.message
         return
-    del outs, snapshot
+    del outs, value, snapshot
     # The probes (inputs untouched: the impl did not write them); a one-element output's constant probe needs the
     # second set's answer and runs after it, where every output has one element (with larger outputs beside it,
     # their references are let go by then, and that probe is not made).
@@ -125,7 +128,9 @@ def _check(result: CaseResult, op: Op, impl: Impl, case: Case, device: str) -> N
     stale_seed = case.seed + STALE_SEED_OFFSET
     inputs2, refs2, los2 = reference_outputs(op, case.size, dtype, device, stale_seed)
     snapshot2 = verify.clone_inputs(inputs2)
-    verdict2 = judge(_call(impl, inputs2, los2, device), refs2, los2, atol, rtol, inputs=inputs2, snapshot=snapshot2)
+    value2 = _call(impl, inputs2, los2, device)
+    verdict2 = judge(verify.as_outputs(value2), refs2, los2, atol, rtol, inputs=inputs2, snapshot=snapshot2,
+                     kinds=(verify.kind_of(value2), expected))
     if verdict2.status is not Status.PASSED:
         result.status = verdict2.status
         result.message = f"the output did not follow a second input (seed {stale_seed}): {verdict2.message}"
@@ -164,6 +169,7 @@ Made = tuple[tuple[Any, ...], tuple[torch.Tensor, ...], tuple[torch.Tensor, ...]
 # once per impl.
 _REFERENCES_KEPT = 2
 _references: dict[tuple[Any, ...], Made] = {}
+_kinds: dict[tuple[Any, ...], str] = {}  # the same keys: what the reference returned (verify.kind_of)
 
 
 def reference_outputs(op: Op, size: tuple[int, ...], dtype: torch.dtype, device: str, seed: int) -> Made:
@@ -175,10 +181,21 @@ def reference_outputs(op: Op, size: tuple[int, ...], dtype: torch.dtype, device:
     key = (id(op), op.name, tuple(size), dtype, device, seed)
     if key not in _references:
         while len(_references) >= _REFERENCES_KEPT:
-            del _references[next(iter(_references))]
-        _references[key] = _fitting(lambda: _make_reference(op, size, dtype, device, seed), device)
+            oldest = next(iter(_references))
+            del _references[oldest]
+            _kinds.pop(oldest, None)
+        _references[key], _kinds[key] = _fitting(lambda: _make_reference(op, size, dtype, device, seed), device)
     inputs, refs, los = _references[key]
     return _fitting(lambda: verify.fresh_copies(inputs), device), refs, los
+
+
+def reference_kind(op: Op, size: tuple[int, ...], dtype: torch.dtype, device: str, seed: int) -> str:
+    """What the reference returns on this input set (verify.kind_of: 'tensor', 'tuple', ...), noted when
+    ``reference_outputs`` made it."""
+    key = (id(op), op.name, tuple(size), dtype, device, seed)
+    if key not in _kinds:
+        reference_outputs(op, size, dtype, device, seed)
+    return _kinds[key]
 
 
 def kept_bytes(device: str) -> int:
@@ -234,8 +251,10 @@ def out_of_memory(exc: BaseException) -> str | None:
     return None
 
 
-def _make_reference(op: Op, size: tuple[int, ...], dtype: torch.dtype, device: str, seed: int) -> Made:
-    """InputError when the op's inputs cannot be made or its reference raises on them: no impl is to blame."""
+def _make_reference(op: Op, size: tuple[int, ...], dtype: torch.dtype, device: str,
+                    seed: int) -> tuple[Made, str]:
+    """The input set and its references, and what the reference returned (verify.kind_of). InputError when the
+    op's inputs cannot be made or its reference raises on them: no impl is to blame."""
     shown = "x".join(map(str, size))
     try:
         inputs = tuple(op.make_inputs(size, dtype, torch.device(device), seed))
@@ -251,7 +270,8 @@ def _make_reference(op: Op, size: tuple[int, ...], dtype: torch.dtype, device: s
             refs = verify.as_outputs(op.reference(*[verify.to_reference_precision(x) for x in inputs]))
         except (RuntimeError, TypeError):
             refs = verify.as_outputs(op.reference(*[verify.to_reference_precision(x, torch.float32) for x in inputs]))
-        los = verify.as_outputs(op.reference(*verify.clone_inputs(inputs)))
+        lo = op.reference(*verify.clone_inputs(inputs))
+        los = verify.as_outputs(lo)
     except InputError:
         raise
     except Exception as exc:  # noqa: BLE001 - the reference rejects the op's own inputs: not the impl's fault
@@ -260,19 +280,20 @@ def _make_reference(op: Op, size: tuple[int, ...], dtype: torch.dtype, device: s
         raise InputError(f"op {op.name!r}: its reference raised on the generated inputs ({given}) for size "
                          f"{shown}: {describe_exception(exc)}; the inputs do not fit the reference: declare each "
                          f"input's shape with shapes= (or make them with inputs=) on kk.op") from exc
-    return inputs, refs, los
+    return (inputs, refs, los), verify.kind_of(lo)
 
 
-def _call(impl: Impl, inputs: Sequence[Any], expected: Sequence[torch.Tensor], device: str) -> tuple[Any, ...]:
+def _call(impl: Impl, inputs: Sequence[Any], expected: Sequence[torch.Tensor], device: str) -> Any:
+    """What the impl returned (its kind is judged: a 1-tuple is not a tensor)."""
     _poison_free_memory(expected)
-    outs = verify.as_outputs(impl.fn(*inputs))
+    value = impl.fn(*inputs)
     if device == "cuda":
         try:
             torch.cuda.synchronize()  # surface asynchronous kernel errors inside this case
         except Exception as exc:  # noqa: BLE001 - re-raised with where it came from
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise RuntimeError(f"a kernel launched by the impl failed after the impl returned: {first}") from None
-    return outs
+    return value
 
 
 def _poison_free_memory(expected: Sequence[torch.Tensor]) -> None:
@@ -285,14 +306,20 @@ def _poison_free_memory(expected: Sequence[torch.Tensor]) -> None:
 def judge(
     outs: Sequence[Any], refs: Sequence[torch.Tensor], los: Sequence[torch.Tensor], atol: float, rtol: float, *,
     inputs: Sequence[Any] = (), snapshot: Sequence[Any] | None = None, errors: Sequence[float] | None = None,
+    kinds: tuple[str, str] | None = None,
 ) -> verify.Verdict:
     """The order of the checks of one call, written once: its inputs untouched (when a ``snapshot`` of them is
-    given), then its outputs' structure (count, kind, shape, dtype, device), then their values against the
-    reference ``refs`` (tolerance: ``atol``/``rtol`` plus twice the low-precision reference ``los``'s own error)."""
+    given), then the kind of its return value (``kinds``: what it returned and what the reference returns, as
+    verify.check_kind reads them), its outputs' structure (count, kind, shape, dtype, device), then their values
+    against the reference ``refs`` (tolerance: ``atol``/``rtol`` plus twice the low-precision reference ``los``'s
+    own error)."""
     changed = verify.mutated_inputs(inputs, snapshot) if snapshot is not None else []
     if changed:
         which = ", ".join(f"argument {i}" for i in changed)
         return verify.Verdict(Status.INPUT_MUTATED, f"the impl changed its input ({which}); write to a new tensor")
+    wrong_kind = verify.check_kind(*kinds) if kinds is not None else None
+    if wrong_kind is not None:
+        return wrong_kind
     bad_structure = verify.check_structure(outs, los)
     if bad_structure is not None:
         return bad_structure
