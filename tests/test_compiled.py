@@ -68,8 +68,9 @@ def test_looking_the_baseline_up_compiles_nothing_and_imports_no_inductor():
 
 
 def test_square_compile_passes_and_compile_time_is_kept_apart():
+    # The fast path: strict mode's probe at every dimension doubled would compile a second signature.
     report = kk.check("square", impls=["compile"], device="cpu", isolate=False, sizes=[(7, 5)],
-                      dtypes=[torch.float32])
+                      dtypes=[torch.float32], strict=False)
     assert [r.status for r in report.results] == [kk.Status.PASSED], report.results[0].message
     op = load("kernelkit.ops.square")["square"]
     ref = compiled.compiled_reference(op)

@@ -28,7 +28,7 @@ EXPECTED = {
     "eager_wrong_shape": Status.INCORRECT_SHAPE,
     "eager_wrong_dtype": Status.INCORRECT_DTYPE,
     "eager_off_by_one_row": Status.INCORRECT_NUMERICS,
-    "eager_stale_output": Status.INCORRECT_NUMERICS,
+    "eager_stale_output": Status.CHEATED,  # strict mode, the default: call 0's answer for call 1's inputs
     "eager_raises": Status.RUNTIME_ERROR,
     "eager_segfault": Status.CRASHED,
     "eager_hangs": Status.TIMEOUT,
@@ -42,7 +42,7 @@ EXPECTED = {
 
 @pytest.fixture(scope="module")
 def planted_run():
-    """One CLI invocation over every planted impl: the run must survive all of them."""
+    """One CLI invocation over every planted impl, strict by default: the run must survive all of them."""
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     proc = subprocess.run(
         [sys.executable, "-m", "kernelkit", "check", PLANTED, "--device", "cpu", "--timeout", "6", "--json"],
@@ -58,6 +58,7 @@ def test_every_planted_impl_earns_its_status_in_one_run(planted_run):
     got = {r["impl"]: r["status"] for r in data["results"]}
     assert got == {k: v.value for k, v in EXPECTED.items()}
     assert data["planned"] == len(EXPECTED) and not data["interrupted"]
+    assert data["strict"] and data["path"].startswith("strict mode (the default)")
 
 
 @pytest.mark.slow
@@ -65,7 +66,7 @@ def test_planted_failures_explain_themselves(planted_run):
     by_impl = {r["impl"]: r for r in json.loads(planted_run.stdout)["results"]}
     assert "got 0, expected" in by_impl["eager_zeros"]["message"]
     assert "[63, 0]" in by_impl["eager_off_by_one_row"]["message"]  # the first wrong element is in the last row
-    assert "did not follow a second input" in by_impl["eager_stale_output"]["message"]
+    assert "call 0's answer for different inputs" in by_impl["eager_stale_output"]["message"]
     assert "argument 0" in by_impl["eager_mutates_input"]["message"]
     assert "SIGSEGV" in by_impl["eager_segfault"]["message"]
     assert "planted_ops.py" in by_impl["eager_segfault"]["log"]  # faulthandler names the user's line
@@ -76,6 +77,13 @@ def test_planted_failures_explain_themselves(planted_run):
     assert "no GPU" in by_impl["cuda_illegal_address"]["message"]
     assert "would also pass" in by_impl["eager_weakly_tested"]["message"]
     assert "planted_ops.py:70" in by_impl["eager_raises"]["message"]
+
+
+def test_the_fast_path_tells_a_stale_output_by_a_second_input():
+    report = kk.check(PLANTED, impls=["eager_stale_output"], device="cpu", isolate=False, strict=False)
+    (result,) = report.results
+    assert result.status is Status.INCORRECT_NUMERICS and "did not follow a second input" in result.message
+    assert not report.strict and report.path.startswith("fast path (--no-strict)")
 
 
 def test_in_process_check_of_square_eager():

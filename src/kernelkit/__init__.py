@@ -32,7 +32,8 @@ reads every import statement and holds the code to this; no two modules import e
     report/         every renderer: terminal tables, JSON/CSV, plots, the HTML report, the progress line
     doctor/         the machine self-test
     jobs/           what runs inside a worker: CheckJob and judge() (the order of checks, written once), BenchJob,
-                    strict mode's worker side (strict_worker.py, strict_bench.py, guards.py), progress news
+                    strict mode's worker side (strict_worker.py, strict_bench.py, guards.py), progress news,
+                    evidence.py (the determinism note and saved failing cases, for both paths)
     store/          SQLite results (db.py), run-to-run comparison and the regression gate (compare.py)
     profiling/      torch.profiler, ncu (+ its report readers), asm (asks each backend), codegen
     torch_ops.py    any impl as a torch.library operator

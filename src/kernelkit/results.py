@@ -153,6 +153,8 @@ class RunReport:
     results: list[CaseResult] = field(default_factory=list)
     interrupted: bool = False
     planned: int = 0
+    strict: bool = False  # judged in strict mode
+    path: str = ""  # one line: which path judged the run (strict mode or the fast path), and why
 
     @property
     def ok(self) -> bool:

@@ -92,7 +92,7 @@ class Worker:
         result: JobResult = reply
         self.busy = False
         changed = self._left() if self.process is not None else []
-        if result.status.failed:
+        if result.status.failed or getattr(result, "raised", False):  # a strict call's error: judged later
             result.log = self._log_since(offset)
         if changed:
             warn(result, f"it left its worker changed ({'; '.join(changed)}); the worker was replaced, so the next "

@@ -105,7 +105,7 @@ def test_a_flood_of_output_is_read_by_its_tail_and_json_stays_pure(fresh_cache):
                            "--json"], capture_output=True, text=True, timeout=240, env=env)
     data = json.loads(proc.stdout)  # the op file's module-level print went to stderr, not before the document
     got = {r["impl"]: r for r in data["results"]}
-    assert got["eager_prints"]["status"] == "PASSED"
+    assert got["eager_prints"]["status"] == "PASSED", (got["eager_prints"]["message"], got["eager_prints"]["log"])
     flood = got["eager_floods"]
     assert flood["status"] == "RUNTIME_ERROR" and "failed after flooding" in flood["message"]
     assert 0 < len(flood["log"]) <= 4000  # the tail, not 64 MB

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import contextlib
+import enum
 import json
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
@@ -40,10 +42,14 @@ from kernelkit.cli.common import (
 )
 from kernelkit.cli.guard import json_stdout, set_max_memory, set_threads
 from kernelkit.errors import KernelkitError
+from kernelkit.jobs.sanitize import SANITIZERS
 from kernelkit.report.progress import run_bar
 
 if TYPE_CHECKING:
     from kernelkit.results import RunReport
+
+
+Sanitizer = enum.Enum("Sanitizer", {name: name for name in SANITIZERS}, type=str)  # --sanitize TOOL's choices
 
 
 def register(app: typer.Typer) -> None:
@@ -91,10 +97,23 @@ def check_command(
     seeds: Annotated[int, typer.Option(help="Input seeds per case (fresh inputs each).")] = 1,
     timeout: TimeoutOpt = DEFAULT_TIMEOUT,
     as_json: Annotated[bool, typer.Option("--json", help="Print machine-readable results to stdout.")] = False,
-    strict: Annotated[bool, typer.Option(help="Strict mode (README: Strict mode): references judged here, the impl "
-                                              "watched in its worker; SKIPPED cases count as failures too.")] = False,
-    sanitize: Annotated[bool, typer.Option(help="Run the check again under compute-sanitizer memcheck (GPU): "
-                                                "every out-of-bounds access of every kernel.")] = False,
+    strict: Annotated[bool | None, typer.Option(
+        "--strict/--no-strict", show_default="strict where it can run",
+        help="Strict mode (README: Strict mode), the default: references judged here, the impl watched in its "
+             "worker. --no-strict: the fast path. --strict: refuse a run strict mode cannot judge (--gpus/--ray), "
+             "and count SKIPPED cases as failures.")] = None,
+    determinism: Annotated[bool, typer.Option(
+        "--determinism", help="Call each impl twice on the same inputs and compare the outputs bitwise: a note "
+                              "where they differ (the status stays).")] = False,
+    save_failing: Annotated[Path | None, typer.Option(
+        "--save-failing", metavar="DIR", help="For each failing case, DIR/<case>.pt (its inputs, expected and actual "
+                                              "outputs: torch.save of plain tensors) and DIR/<case>.txt (the command "
+                                              "that checks it again).")] = None,
+    sanitize: Annotated[Sanitizer | None, typer.Option(
+        metavar="TOOL",
+        help="Run the check again under compute-sanitizer (GPU): memcheck (every out-of-bounds or misaligned "
+             "access), racecheck (shared-memory races), initcheck (reads of uninitialized global memory) or "
+             "synccheck (invalid barrier use).")] = None,
     compile_mode: CompileModeOpt = None,
     wide: Annotated[bool, typer.Option("--wide", help="Every column (backend, notes) in the table; by default it "
                                                       "fits 120 columns, notes below it.")] = False,
@@ -113,13 +132,14 @@ def check_command(
     A KernelBench problem (with --solution: its ModelNew file), a folder of them (--solution: a folder, matched by
     file name) or a GPU MODE task folder (--solution: a submission file) also gets the format's own verdict,
     beside kernelkit's status and why they differ. The exit code follows kernelkit's statuses.
-    Exit code: 0 when every case that ran PASSED (with --strict: and none was SKIPPED), 1 otherwise,
-    2 for bad arguments or when nothing could run here (every case SKIPPED), 130 when interrupted.
+    Strict by default (one line says which path ran). Exit code: 0 when every case that ran PASSED (with
+    --strict: and none was SKIPPED), 1 otherwise, 2 for bad arguments or when nothing could run here (every case
+    SKIPPED), 130 when interrupted.
     """
     from kernelkit import __version__
 
     if sanitize:
-        raise typer.Exit(_sanitized())
+        raise typer.Exit(_sanitized(sanitize.value))
     from kernelkit.report.check_table import check_json, print_report
     from kernelkit.report.formats_view import verdict_json, verdict_lines
 
@@ -133,7 +153,7 @@ def check_command(
     pure = contextlib.ExitStack()  # with --json, stdout holds the document alone: prints go to stderr meanwhile
     pure.enter_context(json_stdout(as_json))
     report = _run_check(target, impl or [], device, sizes, dtypes, seeds, timeout, quiet=as_json, strict=strict,
-                        gpus=gpus, ray=ray, solution=solution)
+                        gpus=gpus, ray=ray, solution=solution, determinism=determinism, save_failing=save_failing)
     idle = "" if report.interrupted else nothing_ran(report.results)
     rows, stopped = [], False
     if verdicts and not report.interrupted and not idle:
@@ -148,10 +168,13 @@ def check_command(
             data["verdicts"] = [verdict_json(row) for row in rows]
         print(json.dumps(data, indent=2))
     elif not idle:
+        out.print(report.path, highlight=False)
         print_report(out, report.results, report.device, report.planned, report.interrupted, wide=wide,
                      verbose=verbose)
         for line in verdict_lines(rows):
             out.print(line, highlight=False)
+        if save_failing is not None:
+            out.print(_saved_line(report, save_failing), highlight=False)
     if stopped:
         err.print("interrupted while reaching the format's own verdicts: kernelkit's results above are complete, "
                   "the format's verdicts were not reached", highlight=False)
@@ -159,7 +182,7 @@ def check_command(
     if idle:  # every case was skipped: a machine that cannot run them (a task's inputs made on a GPU, on a CPU)
         err.print(f"[bold red]error:[/] {escape(idle)}", highlight=False, soft_wrap=True)
         raise typer.Exit(EXIT_USAGE)
-    raise typer.Exit(_exit_code(report, strict))
+    raise typer.Exit(_exit_code(report, strict is True))
 
 
 def _verdicts(target: str, solution: str | None, impls: list[str], report: RunReport, timeout: float) -> list:
@@ -177,8 +200,9 @@ def _verdicts(target: str, solution: str | None, impls: list[str], report: RunRe
 
 def _run_check(
     target: str, impls: list[str], device: str | None, sizes: str | None, dtypes: str | None,
-    seeds: int, timeout: float, quiet: bool, strict: bool = False,
+    seeds: int, timeout: float, quiet: bool, strict: bool | None = None,
     gpus: str | None = None, ray: str | None = None, solution: str | None = None,
+    determinism: bool = False, save_failing: Path | None = None,
 ) -> RunReport:
     from kernelkit.runs.check import check
 
@@ -187,25 +211,36 @@ def _run_check(
         with run_bar(err, "checking", quiet) as bar:
             return check(target, impls=impls, device=device, sizes=size_list, dtypes=dtype_list, seeds=seeds,
                          timeout=timeout, on_result=bar.done, gpus=gpus, ray=ray, solution=solution, strict=strict,
-                         on_phase=bar.phase, on_plan=bar.planned)
+                         on_phase=bar.phase, on_plan=bar.planned, determinism=determinism,
+                         save_failing=save_failing)
     except KernelkitError as exc:
         raise fail(exc, EXIT_USAGE) from None
 
 
-def _sanitized() -> int:
-    """The check again under memcheck (its arguments are this command's); EXIT_FAILED when it found errors."""
+def _saved_line(report: RunReport, folder: Path) -> str:
+    saved = [r.details["saved"] for r in report.results if r.details.get("saved")]
+    if not saved:
+        return f"--save-failing: no failing case to save in {folder}"
+    return (f"--save-failing: {len(saved)} failing case(s) saved in {folder}: <case>.pt (input.i, expected.i, "
+            "actual.i: plain tensors for torch.load(path, weights_only=True)) and <case>.txt (the command that checks "
+            "it again)")
+
+
+def _sanitized(tool: str) -> int:
+    """The check again under compute-sanitizer's ``tool`` (its arguments are this command's); EXIT_FAILED when it
+    found errors."""
     import sys
 
     from kernelkit.jobs import sanitize
 
     args = sys.argv[sys.argv.index("check") + 1:] if "check" in sys.argv else sys.argv[1:]
     try:
-        done = sanitize.run(args)
+        done = sanitize.run(args, tool=tool)
     except KernelkitError as exc:
         raise fail(exc, EXIT_USAGE) from None
     out.print(done.output[-6000:], highlight=False, markup=False)
     verdict = "no errors" if done.ok else f"{done.errors} error(s)"
-    out.print(f"compute-sanitizer memcheck: {verdict}", highlight=False)
+    out.print(f"compute-sanitizer {tool}: {verdict}", highlight=False)
     return 0 if done.ok else EXIT_FAILED
 
 

@@ -85,10 +85,10 @@ LIBRARY_MARK = "library: "  # a warning raised in an installed library's code, n
 
 
 @contextmanager
-def caught_warnings(notices: list[str]) -> Iterator[None]:
-    """Python warnings raised in the block, as one line each in ``notices`` (and still printed, into the worker's
-    log); those raised in an installed library's code (torch's, numpy's deprecations) start with LIBRARY_MARK,
-    so a report can count them in one line instead of showing each."""
+def caught_warnings(notices: list[str], echo: bool = True) -> Iterator[None]:
+    """Python warnings raised in the block, as one line each in ``notices`` (and, with ``echo``, still printed: into
+    the worker's log); those raised in an installed library's code (torch's, numpy's deprecations) start with
+    LIBRARY_MARK, so a report can count them in one line instead of showing each."""
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("default")
         try:
@@ -97,7 +97,8 @@ def caught_warnings(notices: list[str]) -> Iterator[None]:
             for w in caught:
                 mark = LIBRARY_MARK if library_file(w.filename) else ""
                 notices.append(f"{mark}{w.category.__name__}: {w.message} ({Path(w.filename).name}:{w.lineno})")
-                print(warnings.formatwarning(w.message, w.category, w.filename, w.lineno), end="")
+                if echo:
+                    print(warnings.formatwarning(w.message, w.category, w.filename, w.lineno), end="")
 
 
 def library_file(filename: str) -> bool:

@@ -19,7 +19,8 @@ import torch
 from kernelkit import backends, verify
 from kernelkit.errors import BackendUnavailable, CompileError, InputError, describe_exception
 from kernelkit.formats import kernelbench
-from kernelkit.jobs import OnBuilt, caught_warnings, progress, unique
+from kernelkit.jobs import OnBuilt, caught_warnings, evidence, progress, unique
+from kernelkit.jobs.evidence import CheckOptions
 from kernelkit.loading import load
 from kernelkit.results import CaseResult, Status
 from kernelkit.spec import Case, Impl, Op, parse_dtype
@@ -30,9 +31,11 @@ STALE_SEED_OFFSET = 7_919_000
 
 @dataclass(frozen=True)
 class CheckJob:
-    """Check ``case`` where the job runs: its op is loaded there by the case's source."""
+    """Check ``case`` where the job runs: its op is loaded there by the case's source; ``options``: the
+    determinism call and where failing cases are saved (jobs/evidence.py)."""
 
     case: Case
+    options: CheckOptions = CheckOptions()
 
     def execute(self, device: str, on_built: OnBuilt | None = None) -> CaseResult:
         """The case's result, with what the worker warned about meanwhile; every exception becomes a status."""
@@ -43,7 +46,7 @@ class CheckJob:
             except Exception as exc:  # noqa: BLE001 - reported as the case's status
                 result = self.failed(device, Status.RUNTIME_ERROR, describe_exception(exc))
             else:
-                result = check_case(self.case, op, device, on_built)
+                result = check_case(self.case, op, device, on_built, self.options)
         result.warnings = unique([*result.warnings, *notices])
         return result
 
@@ -53,7 +56,8 @@ class CheckJob:
                           device=device, status=status, message=message, log=log)
 
 
-def check_case(case: Case, op: Op, device: str, on_built: OnBuilt | None = None) -> CaseResult:
+def check_case(case: Case, op: Op, device: str, on_built: OnBuilt | None = None,
+               options: CheckOptions | None = None) -> CaseResult:
     """Run ``case`` and return its result; every exception becomes a status, none escapes.
 
     ``on_built`` is called once the impl's kernels are built and the case itself starts (the runner starts the
@@ -71,16 +75,16 @@ def check_case(case: Case, op: Op, device: str, on_built: OnBuilt | None = None)
         if on_built is not None:
             on_built()
         progress.say(f"{case.impl}: checking against the reference")
-        _check(result, op, impl, case, device)
+        _check(result, op, impl, case, device, options or CheckOptions())
     except BackendUnavailable as exc:
         result.status, result.message = Status.SKIPPED, str(exc)
     except InputError as exc:
         result.status, result.message = Status.INPUT_ERROR, str(exc)
     except (CompileError, SyntaxError) as exc:
-        result.status, result.message = Status.COMPILE_ERROR, _describe_compile_error(exc)
+        result.status, result.message = Status.COMPILE_ERROR, describe_compile_error(exc)
     except Exception as exc:  # noqa: BLE001 - every failure of user code becomes a status
         if backends.is_compile_error(exc):
-            result.status, result.message = Status.COMPILE_ERROR, _describe_compile_error(exc)
+            result.status, result.message = Status.COMPILE_ERROR, describe_compile_error(exc)
         else:
             result.status, result.message = Status.RUNTIME_ERROR, describe_exception(exc)
             if device == "cuda" and backends.cuda_context_lost():
@@ -91,10 +95,11 @@ def check_case(case: Case, op: Op, device: str, on_built: OnBuilt | None = None)
     return result
 
 
-def _check(result: CaseResult, op: Op, impl: Impl, case: Case, device: str) -> None:
-    """One call judged; the weak-test probes on its inputs; then a second input (a stale or unwritten output fails
-    it). Each input set's copies and outputs are let go before the next is made, and a set too big to keep beside
-    the next is not kept: a 1.6 G-element fp32 case (6 GiB a tensor) fits an 80 GiB GPU."""
+def _check(result: CaseResult, op: Op, impl: Impl, case: Case, device: str, options: CheckOptions) -> None:
+    """One call judged (with ``options``, called again on the same inputs, and saved when it fails); the weak-test
+    probes on its inputs; then a second input (a stale or unwritten output fails it). Each input set's copies and
+    outputs are let go before the next is made, and a set too big to keep beside the next is not kept: a
+    1.6 G-element fp32 case (6 GiB a tensor) fits an 80 GiB GPU."""
     dtype = parse_dtype(case.dtype)
     atol, rtol = op.tolerance_for(dtype)
     inputs, refs, los = reference_outputs(op, case.size, dtype, device, case.seed)
@@ -104,16 +109,24 @@ def _check(result: CaseResult, op: Op, impl: Impl, case: Case, device: str) -> N
 
     snapshot = verify.clone_inputs(inputs)
     before = backends.build_state(op, impl)
-    value = _call(impl, inputs, los, device)
+    try:
+        value = _call(impl, inputs, los, device)
+    except Exception:
+        evidence.save_failing(result, options, case, device, snapshot, refs)  # what made it raise, without an output
+        raise
     outs = verify.as_outputs(value)
     result.details.update(backends.build_details(op, impl, before))  # tuning and compile time, apart from run time
     verdict = judge(outs, refs, los, atol, rtol, inputs=inputs, snapshot=snapshot, errors=errors,
                     kinds=(verify.kind_of(value), expected))
+    if options.determinism:  # the same inputs again, in fresh copies (the first call may have written its own)
+        again = _call(impl, reference_outputs(op, case.size, dtype, device, case.seed)[0], los, device)
+        evidence.note_determinism(result, outs, verify.as_outputs(again))
     if verdict.comparison is not None:
         result.max_abs_err = verdict.comparison.max_abs_err
         result.max_rel_err = verdict.comparison.max_rel_err
     if verdict.status is not Status.PASSED:
         result.status, result.message = verdict.status, verdict.message
+        evidence.save_failing(result, options, case, device, snapshot, refs, outs)
         return
     del outs, value, snapshot
     # The probes (inputs untouched: the impl did not write them); a one-element output's constant probe needs the
@@ -134,6 +147,7 @@ def _check(result: CaseResult, op: Op, impl: Impl, case: Case, device: str) -> N
     if verdict2.status is not Status.PASSED:
         result.status = verdict2.status
         result.message = f"the output did not follow a second input (seed {stale_seed}): {verdict2.message}"
+        evidence.save_failing(result, options, case, device, snapshot2, refs2, verify.as_outputs(value2))
         return
     if single and "a constant" not in trivial and len(single) == len(los2):
         other = [lo2 for lo2 in los2 if lo2.numel() == 1]
@@ -332,7 +346,8 @@ def judge(
     return verify.Verdict(Status.PASSED, "", worst)
 
 
-def _describe_compile_error(exc: BaseException) -> str:
+def describe_compile_error(exc: BaseException) -> str:
+    """A COMPILE_ERROR's message: a SyntaxError with its file and line (``name.py:9``), else the compiler's own."""
     if isinstance(exc, SyntaxError) and exc.filename:
         line = (exc.text or "").rstrip()
         return f"SyntaxError: {exc.msg} ({exc.filename}:{exc.lineno})" + (f"\n    {line.strip()}" if line else "")

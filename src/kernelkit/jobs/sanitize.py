@@ -1,9 +1,11 @@
-"""``kernelkit check --sanitize``: the same check again under compute-sanitizer's memcheck (GPU).
+"""``kernelkit check --sanitize TOOL``: the same check again under one of compute-sanitizer's tools (GPU).
 
 Guard regions (jobs/guards.py) catch a write past a tensor the call allocated through torch's factories;
-memcheck catches every out-of-bounds or misaligned access of every kernel, at a large cost in time. The check is
-re-run as a child process under ``compute-sanitizer --tool memcheck --target-processes all`` (the workers are
-its children), and its error summary decides the exit code.
+memcheck catches every out-of-bounds or misaligned access of every kernel, at a large cost in time; racecheck
+reports shared-memory data races, initcheck reads of global memory never written, synccheck invalid uses of
+barriers and other synchronization primitives. The check is re-run as a child process under
+``compute-sanitizer --tool TOOL --target-processes all`` (the workers are its children), and its error summary
+decides the exit code.
 """
 
 from __future__ import annotations
@@ -20,7 +22,11 @@ from pathlib import Path
 from kernelkit.errors import BackendUnavailable
 
 ERROR_EXIT = 86  # compute-sanitizer's exit code when it found errors (--error-exitcode)
+SANITIZERS = ("memcheck", "racecheck", "initcheck", "synccheck")  # compute-sanitizer's --tool values
 SUMMARY = re.compile(r"ERROR SUMMARY:\s*(\d+)\s+error")
+# racecheck's own summary: "RACECHECK SUMMARY: 3 hazards displayed (2 errors, 1 warning)"; its hazards that are
+# errors count, its warnings do not.
+RACE_SUMMARY = re.compile(r"RACECHECK SUMMARY:[^(\n]*\((\d+)\s+error")
 
 
 @dataclass(frozen=True)
@@ -45,16 +51,33 @@ def find_tool() -> str:
     raise BackendUnavailable("--sanitize needs compute-sanitizer (CUDA toolkit), and none is installed here")
 
 
-def command(check_args: Sequence[str], tool: str) -> list[str]:
-    """The sanitized command line: ``check_args`` are the check's own arguments, without --sanitize."""
-    args = [a for a in check_args if a != "--sanitize"]
-    return [tool, "--tool", "memcheck", "--target-processes", "all", "--error-exitcode", str(ERROR_EXIT),
+def command(check_args: Sequence[str], path: str, tool: str = "memcheck") -> list[str]:
+    """The sanitized command line: compute-sanitizer at ``path`` running ``tool`` over the check; ``check_args``
+    are the check's own arguments, its --sanitize (with its value) left out."""
+    if tool not in SANITIZERS:
+        raise ValueError(f"unknown compute-sanitizer tool {tool!r}; one of {', '.join(SANITIZERS)}")
+    args: list[str] = []
+    skip = False
+    for arg in check_args:
+        if skip:
+            skip = False
+        elif arg == "--sanitize":
+            skip = True  # and its value, the next argument
+        elif not arg.startswith("--sanitize="):
+            args.append(arg)
+    return [path, "--tool", tool, "--target-processes", "all", "--error-exitcode", str(ERROR_EXIT),
             sys.executable, "-m", "kernelkit", "check", *args]
 
 
-def run(check_args: Sequence[str], timeout: float | None = None) -> SanitizerRun:
-    """Run the check under memcheck; its output and error count."""
-    done = subprocess.run(command(check_args, find_tool()), capture_output=True, text=True, timeout=timeout)
+def errors_in(output: str) -> int:
+    """The errors compute-sanitizer's summaries report in ``output`` (every process's ERROR SUMMARY; racecheck's
+    own summary where no ERROR SUMMARY was printed)."""
+    counts = [int(m) for m in SUMMARY.findall(output)] or [int(m) for m in RACE_SUMMARY.findall(output)]
+    return sum(counts)
+
+
+def run(check_args: Sequence[str], timeout: float | None = None, tool: str = "memcheck") -> SanitizerRun:
+    """Run the check under compute-sanitizer's ``tool``; its output and error count."""
+    done = subprocess.run(command(check_args, find_tool(), tool), capture_output=True, text=True, timeout=timeout)
     output = done.stdout + done.stderr
-    counts = [int(m) for m in SUMMARY.findall(output)]
-    return SanitizerRun(done.returncode, sum(counts), output)
+    return SanitizerRun(done.returncode, errors_in(output), output)

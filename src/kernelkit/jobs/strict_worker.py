@@ -16,6 +16,7 @@ import torch
 from kernelkit import backends, wire
 from kernelkit.errors import BackendUnavailable, CompileError, describe_exception
 from kernelkit.jobs import OnBuilt, caught_warnings, guards, unique
+from kernelkit.jobs.check import describe_compile_error
 from kernelkit.loading import load
 from kernelkit.results import Status
 from kernelkit.spec import Case, parse_dtype
@@ -81,6 +82,11 @@ class StrictReply:
     details: dict[str, Any] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
 
+    @property
+    def raised(self) -> bool:
+        """Whether a call raised (its status is still PASSED: it ran): the worker's log tail is kept for it."""
+        return any(call.error for call in self.calls)
+
 
 @dataclass(frozen=True)
 class StrictCallJob:
@@ -122,6 +128,7 @@ class StrictCallJob:
         previous: tuple[Any, ...] = ()
         streams = guards.StreamWatch(device == "cuda" and guarded)
         watch = guards.LaunchWatch(impl.kernels, streams)
+        built = backends.build_state(op, impl)
         with watch:
             for number, (which, placement) in enumerate(self.plan):
                 inputs = unpack(self.sets[which], device)
@@ -138,11 +145,13 @@ class StrictCallJob:
                     reply.status, reply.message = Status.SKIPPED, str(exc)
                     return reply
                 except Exception as exc:  # noqa: BLE001 - the impl's failure is this call's record
-                    if number == 0 and backends.is_compile_error(exc):
+                    if number == 0 and _build_failure(exc)[0] is Status.COMPILE_ERROR:  # a lazy first build
                         reply.status, reply.message = _build_failure(exc)
                         return reply
                     record.error = describe_exception(exc)
                 reply.calls.append(record)
+                if number == 0:  # the first call builds: autotuning and torch.compile time, apart (as in a check)
+                    reply.details.update(backends.build_details(op, impl, built))
                 if record.error and number < 3:
                     break
                 previous = inputs
@@ -206,7 +215,7 @@ class StrictCallJob:
 
 def _build_failure(exc: BaseException) -> tuple[Status, str]:
     if isinstance(exc, (CompileError, SyntaxError)) or backends.is_compile_error(exc):
-        return Status.COMPILE_ERROR, f"{type(exc).__name__}: {exc}"
+        return Status.COMPILE_ERROR, describe_compile_error(exc)  # as a plain check says it
     return Status.RUNTIME_ERROR, describe_exception(exc)
 
 

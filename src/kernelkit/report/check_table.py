@@ -146,6 +146,8 @@ def check_json(report: RunReport, version: str) -> dict[str, object]:
         "gpu": torch.cuda.get_device_name() if report.device == "cuda" else None,
         "planned": report.planned,
         "interrupted": report.interrupted,
+        "strict": report.strict,
+        "path": report.path,  # which path judged the run, and why (strict mode or the fast path)
         "torch": torch.__version__,
         "kernelkit": version,
         "results": [r.to_dict() for r in report.results],

@@ -4,14 +4,16 @@ spread them over GPUs or a Ray cluster when asked, and return a RunReport in pla
 1. ``plan``: open the target once (target.open_target) and list its cases;
 2. slow first builds (a load_inline extension) start at once in a process of their own (runs/early.py), and
    the cases that need them run last;
-3. each case runs in the worker (runner.Worker: a crash or hang ends that case only), or in strict mode its
-   reference is judged here and the impl watched there (runs/strict.py);
+3. each case runs in the worker (runner.Worker: a crash or hang ends that case only), or in strict mode (the
+   default, ``judging``) its reference is judged here and the impl watched there (runs/strict.py); asked, each
+   impl is called twice on the same inputs (determinism) and a failing case's tensors are saved (jobs/evidence.py);
 4. every result goes to ``on_result`` as it comes; Ctrl-C stops cleanly with what finished.
 """
 
 from __future__ import annotations
 
 import math
+import shlex
 import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -21,6 +23,7 @@ import torch
 
 from kernelkit.errors import SpecError
 from kernelkit.jobs.check import CheckJob
+from kernelkit.jobs.evidence import CheckOptions
 from kernelkit.results import OnResult, RunReport
 from kernelkit.runner import DEFAULT_TIMEOUT, OnPhase, Worker
 from kernelkit.runs import early
@@ -53,9 +56,11 @@ def check(
     gpus: GpuSpec = None,
     ray: str | None = None,
     solution: str | None = None,
-    strict: bool = False,
+    strict: bool | None = None,
     on_phase: OnPhase | None = None,
     on_plan: Callable[[int], None] | None = None,
+    determinism: bool = False,
+    save_failing: str | Path | None = None,
 ) -> RunReport:
     """Check every case of ``target`` (a built-in op name, a .py file, a KernelBench problem or level folder, a
     GPU MODE task folder; ``solution``: see target.open_target) against its reference.
@@ -63,16 +68,24 @@ def check(
     Each case runs in a worker process with a per-case ``timeout`` in seconds; see README for the tolerance rule.
     gpus ('all', 2, '0,1'): the cases spread over one worker per GPU; ray ('auto', 'local', an address): over a
     Ray cluster's GPUs (see kernelkit.scale). Each result then records the GPU that ran it.
-    strict: strict mode (README "Strict mode"; jobs/strict.py): references judged here, the impl watched there.
+    strict: strict mode (README "Strict mode"; runs/strict.py): references judged here, the impl watched there.
+    None, the default (as `kernelkit check`'s): strict, but a run spread with gpus=/ray= takes the fast path, and
+    the report's ``path`` says so; True: strict, and a spread run is refused; False: the fast path.
+    determinism: each impl called twice on the same inputs, its outputs compared bitwise (a note where they
+    differ); save_failing: a folder for each failing case's inputs, expected and actual outputs (a .pt of plain
+    tensors) and the command that checks it again (a .txt beside it).
     on_phase: told what the worker does now ("square: cuda_vec4: building its kernels"), for progress; on_plan:
     told once, before anything runs, how many cases there are.
     """
-    if strict:
+    strict_on, path = judging(strict, spread=gpus is not None or ray is not None)
+    if strict_on:
         from kernelkit.runs.strict import seal_builtin_ops
 
         seal_builtin_ops()  # before the target's file is imported: it may change a built-in op
-    if strict and (gpus is not None or ray is not None):
-        raise SpecError("strict mode judges on one worker: drop gpus=/ray= (--gpus/--ray), or leave strict off")
+    if save_failing and ray is not None:
+        raise SpecError("--save-failing writes on this host: a Ray cluster's workers run elsewhere; drop --ray")
+    options = CheckOptions(determinism, str(Path(save_failing).resolve()) if save_failing else "",
+                           _repro(target, solution, strict_on))
     opened = open_target(target, device, solution)
     dev, cases = opened.device, opened.cases(impls, sizes, dtypes, seeds)
     if on_plan is not None:
@@ -82,13 +95,37 @@ def check(
     if gpus is not None or ray is not None:
         from kernelkit.scale import check_spread
 
-        report = check_spread(cases, dev, gpus=gpus, ray=ray, timeout=timeout, on_result=told)
+        report = check_spread(cases, dev, gpus=gpus, ray=ray, timeout=timeout, on_result=told, options=options)
     else:
-        report = run_cases(cases, dev, timeout=timeout, isolate=isolate, on_result=told, strict=strict,
-                           on_phase=on_phase)
+        report = run_cases(cases, dev, timeout=timeout, isolate=isolate, on_result=told, strict=strict_on,
+                           on_phase=on_phase, options=options)
     for result in report.results:
         label(result)
+    report.path = path
     return report
+
+
+def judging(strict: bool | None, spread: bool) -> tuple[bool, str]:
+    """Whether a check runs in strict mode, and the one line that says which path judged it and why. ``strict``:
+    None asks for the default (strict, but the fast path for a run ``spread`` over GPUs or a Ray cluster), True
+    and False for the one path; SpecError for strict mode in a spread run."""
+    if strict is False:
+        return False, ("fast path (--no-strict): each impl judged in the worker that runs it, with its references; "
+                       "not guarded against an impl that games the check")
+    if spread and strict is None:
+        return False, ("fast path: strict mode judges on one worker and this run is spread (--gpus/--ray); "
+                       "--strict refuses such a run instead")
+    if spread:
+        raise SpecError("strict mode judges on one worker: drop gpus=/ray= (--gpus/--ray), or leave strict off")
+    return True, (f"strict mode ({'--strict' if strict else 'the default'}): references judged in this process, "
+                  "each impl run and watched in a worker that never sees them; --no-strict for the fast path")
+
+
+def _repro(target: str, solution: str | None, strict: bool) -> str:
+    """The command that checks ``target`` again the way this run does (a path made absolute)."""
+    shown = lambda text: shlex.quote(str(Path(text).resolve()) if Path(text).exists() else text)
+    return (f"kernelkit check {shown(target)}" + (f" --solution {shown(solution)}" if solution else "")
+            + ("" if strict else " --no-strict"))
 
 
 def run_cases(
@@ -100,18 +137,21 @@ def run_cases(
     on_result: OnResult | None = None,
     strict: bool = False,
     on_phase: OnPhase | None = None,
+    options: CheckOptions | None = None,
 ) -> RunReport:
     """Run ``cases`` one after another; Ctrl-C stops cleanly and returns what finished. ``strict``: each case
-    in strict mode (jobs/strict.py), its reference computed and judged in this process.
+    in strict mode (runs/strict.py), its reference computed and judged in this process. ``options``: the
+    determinism call and the saved failing cases (jobs/evidence.py).
 
     Kernels that are slow to build the first time (runs/early.py) are built in a separate process meanwhile,
     and the cases that need them run last, so the build overlaps the others; results come back in plan order."""
     check_timeout(timeout)
-    report = RunReport(device=device, planned=len(cases))
+    options = options or CheckOptions()
+    report = RunReport(device=device, planned=len(cases), strict=strict)
     with tempfile.TemporaryDirectory(prefix="kernelkit-") as tmp, early.started(cases if isolate else (), device) as \
             building:
         worker = Worker(device, Path(tmp) / "worker.log") if isolate else None
-        strict_checker = _strict_checker(device, worker, timeout) if strict else None
+        strict_checker = _strict_checker(device, worker, timeout, options) if strict else None
         waiting = set(building)
         order = sorted(range(len(cases)), key=lambda n: (cases[n].source, cases[n].op, cases[n].impl) in waiting)
         try:
@@ -119,7 +159,7 @@ def run_cases(
                 case = cases[n]
                 if worker is not None and on_phase is not None:
                     worker.on_phase = lambda text, case=case: on_phase(f"{case.op}: {text}")
-                job = CheckJob(case)
+                job = CheckJob(case, options)
                 if strict_checker is not None:
                     result = strict_checker.check(case)
                 else:
@@ -137,10 +177,10 @@ def run_cases(
     return report
 
 
-def _strict_checker(device: str, worker: Worker | None, timeout: float) -> StrictChecker:
+def _strict_checker(device: str, worker: Worker | None, timeout: float, options: CheckOptions) -> StrictChecker:
     from kernelkit.runs.strict import StrictChecker
 
-    return StrictChecker(device, worker, timeout)
+    return StrictChecker(device, worker, timeout, options)
 
 
 def check_timeout(timeout: float, flag: str = "--timeout") -> None:

@@ -21,6 +21,7 @@ the other size):
 from __future__ import annotations
 
 import secrets
+import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -31,8 +32,9 @@ import torch
 from kernelkit import verify
 from kernelkit.deadline import Expired, deadline
 from kernelkit.errors import BackendUnavailable, InputError, describe_exception
+from kernelkit.jobs import caught_warnings, evidence, guards, unique
 from kernelkit.jobs import check as _check_module
-from kernelkit.jobs import guards
+from kernelkit.jobs.evidence import CheckOptions
 from kernelkit.jobs.strict_worker import SEAL, CallRecord, StrictCallJob, StrictReply, pack, unpack
 from kernelkit.loading import load
 from kernelkit.results import CaseResult, Status
@@ -87,17 +89,21 @@ def reference_kind(op: Op, inputs: Sequence[Any]) -> str:
 
 
 def strict_case(case: Case, op: Op, device: str, run: Any, tampered_here: Sequence[str] = (),
-                probes: bool = True, timeout: float | None = None) -> CaseResult:
+                probes: bool = True, timeout: float | None = None, options: CheckOptions | None = None) -> CaseResult:
     """Check ``case`` in strict mode: ``run(job)`` runs a StrictCallJob where the impl lives (a worker) and
     returns its StrictReply; the references stay here. Every exception becomes a status. ``probes``: calls 2
     and 3 too (a run makes them for the first case of each impl: they cost a call each). ``timeout``: seconds
     for making the inputs and references here (and for counting the case's cost), past which the case is
-    TIMEOUT (deadline.py: this process stops the op's code itself)."""
+    TIMEOUT (deadline.py: this process stops the op's code itself). ``options``: with ``determinism`` call 2 is
+    made for every case and its outputs compared bitwise with call 0's; ``save_failing``: a failing call's
+    tensors saved from here (jobs/evidence.py)."""
     result = CaseResult(op=case.op, impl=case.impl, backend="?", size=case.size, dtype=case.dtype, seed=case.seed,
                         device=device, status=Status.PASSED, details={"strict": True})
     start = time.perf_counter()
+    notices: list[str] = []  # what the op's own code warned of here (its inputs, its reference), as a worker's
     try:
-        _strict(result, case, op, device, run, tampered_here, probes, timeout)
+        with caught_warnings(notices, echo=False):
+            _strict(result, case, op, device, run, tampered_here, probes, timeout, options or CheckOptions())
     except BackendUnavailable as exc:  # the inputs need what this process lacks (a task's inputs made on a GPU)
         result.status, result.message = Status.SKIPPED, str(exc)
     except InputError as exc:  # the op's own inputs or reference failed: not the impl's fault
@@ -106,6 +112,7 @@ def strict_case(case: Case, op: Op, device: str, run: Any, tampered_here: Sequen
         result.status, result.message = Status.RUNTIME_ERROR, describe_exception(exc)
     except Expired as exc:
         result.status, result.message = Status.TIMEOUT, judging_timeout(exc.seconds)
+    result.warnings = unique([*result.warnings, *notices])
     result.seconds = time.perf_counter() - start
     return result
 
@@ -118,13 +125,14 @@ def judging_timeout(seconds: float) -> str:
 
 
 def _strict(result: CaseResult, case: Case, op: Op, device: str, run: Any, tampered_here: Sequence[str],
-            probes: bool, timeout: float | None) -> None:
+            probes: bool, timeout: float | None, options: CheckOptions) -> None:
     if tampered_here:
         result.status = Status.CHEATED
         result.message = guards.describe_tampering(list(tampered_here), "loading the target")
         return
     prepared = prepare(op, case, device, probes, timeout)
-    plan = [(0, "new"), (1, "inplace")] + ([(0, "new")] if probes else []) + ([(2, "new")] if prepared.off_size else [])
+    again = probes or options.determinism  # call 2: call 0's inputs again, in new memory
+    plan = [(0, "new"), (1, "inplace")] + ([(0, "new")] if again else []) + ([(2, "new")] if prepared.off_size else [])
     job = StrictCallJob(case, tuple(pack(x) for x in prepared.inputs), tuple(plan))
     reply: StrictReply = run(job)
     result.backend = reply.backend
@@ -156,7 +164,11 @@ def _strict(result: CaseResult, case: Case, op: Op, device: str, run: Any, tampe
                 result.warnings.append(f"strict: the impl raised at the unlisted size "
                                        f"{'x'.join(map(str, prepared.off_size or ()))}, not judged there")
                 break
+            evidence.save_failing(result, options, case, device, prepared.inputs[which], prepared.refs[which],
+                                  unpack(record.outputs, "cpu") if record.outputs else ())
             return
+    if options.determinism and len(outputs) > 2:
+        evidence.note_determinism(result, outputs[0], outputs[2])
     watched = [n for n in reply.launches]
     if watched and not any(reply.launches.values()):
         result.status = Status.FALLBACK
@@ -211,11 +223,9 @@ def _judge_call(number: int, which: int, record: CallRecord, prepared: Prepared,
     if record.breaches:
         return Status.OUT_OF_BOUNDS, "; ".join(record.breaches)
     kind, _, devices = record.kind.partition("|")
-    want_tensor = prepared.kind == "tensor"
-    if want_tensor and kind != "tensor":
-        return Status.INCORRECT_SHAPE, (f"it returned a {kind} where the reference returns a tensor")
-    if not want_tensor and kind not in ("tuple", "list"):
-        return Status.INCORRECT_SHAPE, f"it returned a {kind} where the reference returns a tuple"
+    wrong_kind = verify.check_kind(kind, "tensor" if prepared.kind == "tensor" else "tuple")
+    if wrong_kind is not None:
+        return wrong_kind.status, wrong_kind.message
     places = devices.split(",")
     outs = tuple(o.to(places[i]) if isinstance(o, torch.Tensor) and places[i] else o
                  for i, o in enumerate(unpack(record.outputs, "cpu")))
@@ -261,6 +271,9 @@ def _aten_share(calls: Sequence[CallRecord]) -> float | None:
 # ---- a strict run ----------------------------------------------------------------------------------------------
 
 _builtin: dict[int, tuple[Any, ...]] = {}
+# The harness objects already changed since the seal when a run began: the caller's own doing (a test's patch, a
+# debugging session), not the target's, whose file the run loads after. Each run records them anew.
+_changed_before: dict[str, Any] = {}
 
 
 def _op_state(op: Op) -> tuple[Any, ...]:
@@ -269,12 +282,27 @@ def _op_state(op: Op) -> tuple[Any, ...]:
 
 def seal_builtin_ops() -> None:
     """Record what each built-in op is (reference, inputs, tolerance, cost) before a user's file is imported: a
-    file that changes one of them is then told apart from one that uses it."""
+    file that changes one of them is then told apart from one that uses it. The harness objects that differ from
+    the seal already (changed before this run, by its caller) are recorded as they are now."""
     from kernelkit.ops import BUILTIN_OPS
 
+    _changed_before.clear()
+    _changed_before.update({name: _current(name) for name in SEAL.tampered()})
     for module in dict.fromkeys(BUILTIN_OPS.values()):
         for op in load(module).values():
             _builtin.setdefault(id(op), (op, _op_state(op)))
+
+
+def target_tampering() -> list[str]:
+    """The harness objects the target changed while this process loaded it: those that differ from the seal, but
+    not those its caller had changed already when the run began (and left as they were)."""
+    return [name for name in SEAL.tampered()
+            if name not in _changed_before or _current(name) is not _changed_before[name]]
+
+
+def _current(name: str) -> Any:
+    module, _, attr = name.rpartition(".")
+    return getattr(sys.modules.get(module), attr, None)
 
 
 def builtin_changes(op: Op) -> list[str]:
@@ -292,11 +320,13 @@ class StrictChecker:
     """Strict checks of the cases of one run, judged in this process; ``worker`` (a runner.Worker) runs the impl,
     or, without one, the impl runs here too (every check but the reference's isolation)."""
 
-    def __init__(self, device: str, worker: Any = None, timeout: float = 60.0) -> None:
+    def __init__(self, device: str, worker: Any = None, timeout: float = 60.0,
+                 options: CheckOptions | None = None) -> None:
         self.device = device
         self.worker = worker
         self.timeout = timeout
-        self.tampered = SEAL.tampered()  # the target was imported here already (planning): did it change any?
+        self.options = options or CheckOptions()
+        self.tampered = target_tampering()  # the target was imported here already (planning): did it change any?
         self.probed: set[tuple[str, str, str]] = set()
 
     def check(self, case: Case) -> CaseResult:
@@ -309,13 +339,16 @@ class StrictChecker:
         changed = [*self.tampered, *builtin_changes(op)]
 
         def run(job: StrictCallJob) -> StrictReply:
-            if self.worker is None:
-                return job.execute(self.device)
+            if self.worker is None:  # in this process: what its caller had changed is not the impl's doing
+                reply = job.execute(self.device)
+                reply.tampered = [name for name in reply.tampered if name in target_tampering()]
+                return reply
             return self.worker.run(job, self.timeout)
 
         first = (case.source, case.op, case.impl) not in self.probed
         self.probed.add((case.source, case.op, case.impl))
-        result = strict_case(case, op, self.device, run, changed, probes=first, timeout=self.timeout)
+        result = strict_case(case, op, self.device, run, changed, probes=first, timeout=self.timeout,
+                             options=self.options)
         if self.worker is not None and result.status is Status.CHEATED and any(
                 word in result.message for word in ("replaced", "thread")):
             self.worker.stop()  # a replaced harness object or a stray thread must not meet the next case

@@ -29,6 +29,7 @@ from kernelkit import runner, wire
 from kernelkit.errors import describe_exception
 from kernelkit.jobs import Job, JobResult
 from kernelkit.jobs.check import CheckJob
+from kernelkit.jobs.evidence import CheckOptions
 from kernelkit.results import Status
 from kernelkit.scale.slots import Slot
 from kernelkit.spec import Case, Size
@@ -61,10 +62,11 @@ class GroupRun(Protocol):
 
 @dataclass
 class CheckGroupRun:
-    """The check cases of one (op, size, dtype), one CheckJob each."""
+    """The check cases of one (op, size, dtype), one CheckJob each (with the run's ``options``)."""
 
     cases: list[Case]
     timeout: float
+    options: CheckOptions = CheckOptions()
 
     @property
     def source(self) -> str:
@@ -75,22 +77,22 @@ class CheckGroupRun:
         return len(self.cases) * prod(self.cases[0].size or (1,))
 
     def next_job(self) -> tuple[Job, float] | None:
-        return (CheckJob(self.cases[0]), self.timeout) if self.cases else None
+        return (CheckJob(self.cases[0], self.options), self.timeout) if self.cases else None
 
     def take(self, job: Job, result: JobResult) -> list[Any]:
         self.cases.pop(0)
         return [result]
 
     def moved(self, source: str) -> CheckGroupRun:
-        return CheckGroupRun([replace(c, source=source) for c in self.cases], self.timeout)
+        return CheckGroupRun([replace(c, source=source) for c in self.cases], self.timeout, self.options)
 
 
-def check_runs(cases: Sequence[Case], timeout: float) -> list[CheckGroupRun]:
+def check_runs(cases: Sequence[Case], timeout: float, options: CheckOptions | None = None) -> list[CheckGroupRun]:
     """The cases grouped by (op, size, dtype), in the order each group first appears."""
     groups: dict[tuple[str, str, Size, str], list[Case]] = {}
     for case in cases:
         groups.setdefault((case.source, case.op, case.size, case.dtype), []).append(case)
-    return [CheckGroupRun(list(group), timeout) for group in groups.values()]
+    return [CheckGroupRun(list(group), timeout, options or CheckOptions()) for group in groups.values()]
 
 
 def drain(run: GroupRun, device: str, status: Status, message: str) -> list[Any]:

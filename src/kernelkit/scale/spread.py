@@ -13,6 +13,7 @@ from kernelkit.scale import shard
 from kernelkit.scale.slots import GpuSpec, Slot, fingerprints, gpu_slots
 
 if TYPE_CHECKING:
+    from kernelkit.jobs.evidence import CheckOptions
     from kernelkit.spec import Case
 
 
@@ -60,9 +61,9 @@ class Spread:
 
 
 def check_spread(cases: Sequence[Case], device: str, *, gpus: GpuSpec = None, ray: str | None = None,
-                 timeout: float, on_result: OnResult | None = None) -> RunReport:
+                 timeout: float, on_result: OnResult | None = None, options: CheckOptions | None = None) -> RunReport:
     """runs.check.run_cases over several GPUs or a Ray cluster: cases of one (op, size, dtype) on one worker; the
-    report lists the results in the cases' order; Ctrl-C keeps what finished."""
+    report lists the results in the cases' order; Ctrl-C keeps what finished. ``options``: each CheckJob's."""
     if not timeout > 0:
         raise SpecError(f"--timeout must be a positive number of seconds, got {timeout}")
     spread = Spread.of(gpus, ray, device)
@@ -77,7 +78,7 @@ def check_spread(cases: Sequence[Case], device: str, *, gpus: GpuSpec = None, ra
             on_result(result)
 
     try:
-        spread.run(shard.check_runs(cases, timeout), emit)
+        spread.run(shard.check_runs(cases, timeout, options), emit)
     except KeyboardInterrupt:
         report.interrupted = True
     report.results.sort(key=lambda r: order.get((r.op, r.impl, r.size, r.dtype, r.seed), len(order)))
