@@ -16,7 +16,10 @@ Ops (fp16 and bf16; fp32 too for the sparsifiers, for CPU checks):
   size (M, N, K). Impls: ``eager_dense`` (F.linear: the dense baseline), ``cusparselt``
   (``to_sparse_semi_structured`` then F.linear, as PyTorch documents it), ``cusparselt_direct`` (one
   ``torch._cslt_sparse_mm`` and a transposing copy, what ``SparseLinear`` runs), ``cusparselt_fused_t`` (the same
-  with cuSPARSELt writing y row-major itself: slower on the H100, see cusparselt.linear), ``cutlass`` (sm_8x only).
+  with cuSPARSELt writing y row-major itself: slower on the H100, see cusparselt.linear), ``cutlass`` (sm_8x only),
+  and ``cusparselt_planned`` (libcusparseLt called directly, its plan made once per shape: no per-call set-up;
+  cusparselt_plan.py) with its variants ``cusparselt_planned_search`` (algorithm timed once by
+  cusparseLtMatmulSearch) and ``cusparselt_planned_fused_t`` (y written row-major by cuSPARSELt, no copy).
   Each weight is compressed once and cached (cusparselt.py says how and why the cache cannot replay outputs).
 
 What cuSPARSELt takes. ``to_sparse_semi_structured`` takes the pruned dense matrix and nothing else (read in
@@ -42,7 +45,7 @@ import torch.nn.functional as F
 
 from kernelkit.backends.lazy import kernel_module
 from kernelkit.errors import BackendUnavailable
-from kernelkit.ops.sparse24 import cusparselt, patterns
+from kernelkit.ops.sparse24 import cusparselt, cusparselt_plan, patterns
 from kernelkit.spec import Size, op, seeded_normal
 
 triton_kernels = kernel_module(__name__, "triton")
@@ -250,6 +253,23 @@ def linear24_cutlass(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
         raise BackendUnavailable(reason)
     return F.linear(x, cusparselt.semi_structured(w, cutlass=True))
 
+
+@linear24.impl("cusparselt_planned", backend="eager", dtypes=LINEAR_DTYPES)
+def linear24_cusparselt_planned(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """cuSPARSELt through ctypes, compressed w and plan cached: one cusparseLtMatmul and one transposing copy."""
+    return cusparselt_plan.linear(x, w)
+
+
+@linear24.impl("cusparselt_planned_search", backend="eager", dtypes=LINEAR_DTYPES)
+def linear24_cusparselt_planned_search(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """cusparselt_planned with the kernel chosen once per shape by cusparseLtMatmulSearch (it times them)."""
+    return cusparselt_plan.linear(x, w, search=True)
+
+
+@linear24.impl("cusparselt_planned_fused_t", backend="eager", dtypes=LINEAR_DTYPES)
+def linear24_cusparselt_planned_fused_t(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """cusparselt_planned with cuSPARSELt writing y row-major (D column-major): no copy, maybe another kernel."""
+    return cusparselt_plan.linear(x, w, fuse_transpose=True)
 
 
 __all__ = ["SparseLinear", "linear24", "prune_rowwise", "prune_transposable", "sparsify24",
