@@ -273,6 +273,11 @@ def test_an_older_release_or_a_changed_header_is_refused(tmp_path: Path) -> None
         cusparselt_lib._checked(Loaded(), header)
     header.write_text(HEADER_TEXT)
     assert cusparselt_lib._checked(Loaded(), header) is not None
+    header.write_text(HEADER_TEXT.replace("cusparseLtSparsity_t", "Sparsity").replace("CUSPARSE_COMPUTE_16F,",
+                                                                                      "CUSPARSE_COMPUTE_16F = X,"))
+    assert cusparselt_lib.header_problems(header.read_text()) == ["cusparseLtSparsity_t: not found",
+                                                                   "cusparseComputeType: unreadable"]
+    assert cusparselt_lib._checked(Loaded(), header) is not None  # what the parser cannot read is let pass
 
 
 def test_importing_loads_nothing() -> None:
