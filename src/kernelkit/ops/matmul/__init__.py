@@ -10,7 +10,8 @@ Ops:
   takes), per-tensor fp32 scales: C = (scale_a A) @ (scale_b B) in bfloat16. The case dtype names the output.
 
 Impls: the CUDA fp32 ladder of ``matmul`` (``cuda_naive`` -> ``cuda_coalesced`` -> ``cuda_smem`` ->
-``cuda_tile1d`` -> ``cuda_tile2d`` -> ``cuda_vec4`` -> ``cuda_warptile``, each adding one idea; cuda.cu); Triton
+``cuda_tile1d`` -> ``cuda_tile2d`` -> ``cuda_vec4`` -> ``cuda_warptile``, each adding one idea; cuda.cu; then
+``cuda_double_buffer`` -> ``cuda_cp_async``, pipelined.py and cuda_pipelined.cu); Triton
 (triton.py) ``triton_blocked`` (the tutorial's kernel: grouped program order, autotuned), ``triton_persistent``
 (one program per SM), ``triton_tma`` (persistent, tiles moved by TMA) and ``triton_splitk`` (K split across
 programs, for small M·N with long K). Baselines: ``eager`` is cuBLAS (the reference itself for matmul and
@@ -33,7 +34,7 @@ import torch
 
 from kernelkit.backends.lazy import kernel_module
 from kernelkit.errors import BackendUnavailable
-from kernelkit.ops.matmul import ladder
+from kernelkit.ops.matmul import ladder, pipelined
 from kernelkit.ops.matmul.inputs import FP8, FP8_MAX, matmul_bt_inputs, matmul_fp8_inputs, matmul_inputs
 from kernelkit.ops.matmul.tolerance import fp8_tolerance, fp32_tolerance, longest_k, tf32_tolerance
 from kernelkit.spec import op
@@ -228,6 +229,9 @@ def matmul_cuda_warptile(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     blocks an SM): more of each warp's latency must hide behind its own FMAs.
     """
     return _cuda(ladder.WARPTILE, a, b)
+
+
+pipelined.register(matmul, _cuda)  # cuda_double_buffer, cuda_cp_async
 
 
 # ---- Triton impls (matmul, matmul_bt, matmul_tf32, matmul_fp8) ---------------------------------------------

@@ -1,4 +1,5 @@
-"""The CUDA fp32 ladder's launch data: each rung's kernels (cuda.cu), block shape and tile, and one launcher.
+"""The CUDA fp32 ladder's launch data: each rung's kernels (cuda.cu, cuda_pipelined.cu), block shape and tile, and
+one launcher.
 
 Nothing is compiled here: ``cuda_kernel`` only reads the source; the first launch (or a compile-only check)
 builds it with NVRTC.
@@ -38,8 +39,8 @@ class Rung:
         return (tiles_m, tiles_n) if self.rows_on_x else (tiles_n, tiles_m)
 
 
-def _kernel(name: str) -> CudaKernel:
-    return cuda_kernel("cuda.cu", f"matmul_{name}_kernel")
+def _kernel(name: str, source: str = "cuda.cu") -> CudaKernel:
+    return cuda_kernel(source, f"matmul_{name}_kernel")
 
 
 NAIVE = Rung("naive", _kernel("naive"), (32, 32), 32, 32, rows_on_x=True)
@@ -50,6 +51,12 @@ TILE2D = Rung("tile2d", _kernel("tile2d"), (256,), 128, 128)
 VEC4 = Rung("vec4", _kernel("vec4"), (256,), 128, 128, unaligned=_kernel("vec4_unaligned"))
 WARPTILE = Rung("warptile", _kernel("warptile"), (256,), 128, 128, unaligned=_kernel("warptile_unaligned"))
 RUNGS = (NAIVE, COALESCED, SMEM, TILE1D, TILE2D, VEC4, WARPTILE)
+# Past warptile (cuda_pipelined.cu): how the next data reaches the FMAs, the tiling unchanged.
+DOUBLE_BUFFER = Rung("double_buffer", _kernel("double_buffer", "cuda_pipelined.cu"), (256,), 128, 128,
+                     unaligned=_kernel("double_buffer_unaligned", "cuda_pipelined.cu"))
+CP_ASYNC = Rung("cp_async", _kernel("cp_async", "cuda_pipelined.cu"), (256,), 128, 128,
+                unaligned=_kernel("cp_async_unaligned", "cuda_pipelined.cu"))
+PIPELINED = (DOUBLE_BUFFER, CP_ASYNC)
 
 
 def vector_aligned(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor) -> bool:
