@@ -8,7 +8,12 @@ Forward impls: ``eager`` (torch.softmax, PyTorch's fused kernel: the baseline to
 lecture's five-op version), ``triton_rowwise`` (whole rows in registers; rows longer than
 ``ROWWISE_MAX_N`` = 32768 run ``triton_online``'s kernel instead), ``triton_online`` (any row length:
 online max and rescaled sum, then a second pass), ``cuda_warp`` (CUDA C++: shuffle reductions; rows whose pointers
-and length allow 16-byte accesses are held in registers up to 32768 elements, other rows take the online two passes).
+and length allow 16-byte accesses are held in registers up to 32768 elements, other rows take the online two passes),
+``cuda_cluster`` (CUDA C++ for sm_90: a thread-block cluster of 8 CTAs a row, each holding its slice in
+registers and exchanging (max, sum) through distributed shared memory, so every element is read once; rows of
+16385 to 262144 elements that allow 16-byte accesses, on sm_90 or newer; other rows run cuda_warp's kernel),
+``triton_split`` (rows cut into chunks of 4096, a program each, so a few long rows fill the GPU: one kernel writes
+each chunk's max and sum, a second merges a row's and writes its chunk; 2 reads + 1 write).
 Backward impls: ``eager`` (PyTorch's fused kernel, what autograd runs), ``triton_rowwise`` (whole rows of y and dy
 in registers; rows longer than ``BACKWARD_ROWWISE_MAX_N`` = 16384 take a chunked two-pass kernel), ``cuda_warp``
 (y and dy in registers up to 16384 elements when 16-byte aligned, two passes otherwise).
@@ -22,9 +27,11 @@ import torch
 
 from kernelkit.backends.cuda import CudaKernel, cuda_kernel
 from kernelkit.backends.lazy import kernel_module
+from kernelkit.ops.softmax.cluster import CUDA_CLUSTER, launch_cuda_cluster
 from kernelkit.spec import Size, op, seeded_normal
 
 triton_kernels = kernel_module(__name__, "triton")
+triton_split_kernels = kernel_module(__name__, "triton_split")
 
 FP = [torch.float32, torch.bfloat16, torch.float16]
 CPU_SIZES = [(7, 33), (1, 257), (2, 3, 65)]  # the Triton interpreter runs ~1 ms per program: keep them tiny
@@ -139,6 +146,29 @@ def _launch_triton_online(x: torch.Tensor, y: torch.Tensor) -> None:
                                                     num_warps=min(CHUNK_NUM_WARPS, rowwise_num_warps(block)))
 
 
+# Chunk of a row one triton_split program takes (16 values a thread at 8 warps): 1024 x 65536 gives 16384 programs.
+SPLIT_CHUNK = 4096
+
+
+def _launch_triton_split(x: torch.Tensor, y: torch.Tensor, chunk: int = SPLIT_CHUNK) -> None:
+    """Rows of any length of the (M, N) x into y, a program per chunk of ``chunk`` (a power of two) elements:
+    partial (max, sum) per chunk into two fp32 (M, chunks) buffers, then each chunk normalised from its row's."""
+    import triton
+
+    n_rows, n_cols = x.shape
+    block = min(triton.next_power_of_2(n_cols), chunk)
+    n_chunks = triton.cdiv(n_cols, block)
+    maxes = torch.empty((n_rows, n_chunks), dtype=torch.float32, device=x.device)
+    sums = torch.empty_like(maxes)
+    grid = (n_rows * n_chunks,)
+    warps = min(CHUNK_NUM_WARPS, rowwise_num_warps(block))
+    triton_split_kernels.softmax_split_partials_kernel[grid](x, maxes, sums, n_cols, n_chunks, x.stride(0),
+                                                             BLOCK_SIZE=block, num_warps=warps)
+    triton_split_kernels.softmax_split_normalize_kernel[grid](
+        x, y, maxes, sums, n_cols, n_chunks, x.stride(0), y.stride(0), BLOCK_SIZE=block,
+        CHUNKS_BLOCK=triton.next_power_of_2(n_chunks), num_warps=warps)
+
+
 def _launch_triton_backward(y: torch.Tensor, dy: torch.Tensor, dx: torch.Tensor) -> None:
     """dx of (M, N) y and dy: whole rows up to BACKWARD_ROWWISE_MAX_N, the chunked two-pass kernel beyond."""
     import triton
@@ -235,6 +265,29 @@ def softmax_cuda_warp(x: torch.Tensor) -> torch.Tensor:
     rows = _as_rows(x)
     y = torch.empty_like(rows)
     if rows.numel():
+        kernel.launch(rows.shape[0], cuda_threads(rows.shape[1]), rows, y, rows.shape[1])
+    return y.reshape(x.shape)
+
+
+@softmax.impl("triton_split")
+def softmax_triton_split(x: torch.Tensor) -> torch.Tensor:
+    """Triton, a program per 4096-element chunk of a row: chunk (max, sum) partials, then a pass that merges them
+    and writes; 2 reads + 1 write, but every SM has work even with a few long rows."""
+    rows = _as_rows(x)
+    y = torch.empty_like(rows)
+    if rows.numel():
+        _launch_triton_split(rows, y)
+    return y.reshape(x.shape)
+
+
+@softmax.impl("cuda_cluster", kernels=[*CUDA_CLUSTER.values(), *CUDA_WARP.values()], dtypes=list(CUDA_WARP))
+def softmax_cuda_cluster(x: torch.Tensor) -> torch.Tensor:
+    """CUDA C++ on sm_90, a cluster of 8 CTAs a row, each element read once (aligned rows of 16385..262144);
+    other rows, and GPUs before sm_90, run cuda_warp's kernel (see cluster.py)."""
+    kernel = _cuda_kernel(CUDA_WARP, x.dtype)
+    rows = _as_rows(x)
+    y = torch.empty_like(rows)
+    if rows.numel() and not launch_cuda_cluster(rows, y):
         kernel.launch(rows.shape[0], cuda_threads(rows.shape[1]), rows, y, rows.shape[1])
     return y.reshape(x.shape)
 

@@ -1,0 +1,201 @@
+// Softmax of long rows (16385 to 262144 elements) on Hopper (sm_90): one thread-block cluster of 8 CTAs per row,
+// each element read from HBM once. Traffic: read MN, write MN elements, against 2MN + MN for a block that walks
+// the row twice.
+//
+// The row is cut into kClusterSize equal slices of whole 16-byte vectors, one per CTA of the cluster. Each CTA:
+//   1. loads its slice once into registers (16-byte loads; each thread holds up to kClusterCache values as fp32),
+//   2. reduces its slice's max m_r and sum s_r = sum exp(x - m_r) (warp shuffles, then shared memory),
+//   3. publishes (m_r, s_r) in its shared memory; after cluster.sync() every thread reads the kClusterSize partials
+//      through distributed shared memory (cluster.map_shared_rank) and merges them: M = max m_r,
+//      S = sum s_r * exp(m_r - M),
+//   4. scales its registers by exp(m_r - M) / S and stores them (16-byte stores),
+//   5. leaves only once every CTA of the cluster has read the partials (a split barrier: arrive after the reads,
+//      wait at the end): a CTA's shared memory must outlive every other CTA's reads of it.
+//
+// What the host guarantees (ops/softmax/cluster.py): x and y contiguous, 16-byte aligned, n_cols a multiple of
+// 16 / sizeof(T), blockDim.x a multiple of 32 with blockDim.x * kClusterCache >= the slice,
+// grid.x = rows * kClusterSize. The clusters tile grid.x in order, so the row of a CTA is blockIdx.x / kClusterSize.
+//
+// Numerics: fp32 math for every dtype. A slice of only -inf (masked) has m_r = -inf; its exponentials are taken
+// against 0 instead (exp(-inf) = 0, where -inf - -inf would be NaN) and its scale exp(-inf - M) is 0. A row of only
+// -inf gives NaN (M = -inf), as torch.softmax does.
+//
+// This file stands alone (no include of cuda.cu, which defines its own kernels): the few helpers it needs are here.
+
+#include <cooperative_groups.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+namespace cg = cooperative_groups;
+
+constexpr int kMaxThreads = 1024;
+constexpr int kWarpSize = 32;
+constexpr int kClusterCache = 32;  // values of x a thread holds: 32 registers, under the 64 that 1024 threads get
+// CTAs a row: the largest portable cluster (16 needs a non-portable opt-in at launch). One size keeps one kernel a
+// dtype (each is a full compile of this file); 8 x 1024 threads x 32 values = 262144, the longest row.
+constexpr int kClusterSize = 8;
+constexpr float kLog2e = 1.4426950408889634f;
+
+// Cluster launches exist from sm_90. Below it the kernels still compile (the backend builds every declared kernel
+// for the device it runs on) but trap: the host never launches them there (cluster.py checks the capability).
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+#define SOFTMAX_CLUSTER_DIMS(n)
+#define SOFTMAX_HAS_CLUSTERS 0
+#else
+#define SOFTMAX_CLUSTER_DIMS(n) __cluster_dims__(n, 1, 1)
+#define SOFTMAX_HAS_CLUSTERS 1
+#endif
+
+__device__ __forceinline__ float neg_inf() { return __int_as_float(0xff800000); }
+
+// exp(d) as one multiply and the SFU's exp2: exp2(-inf) = 0 and exp2(NaN) = NaN, as the -inf rules above need.
+__device__ __forceinline__ float exp_f(float d) { return exp2f(d * kLog2e); }
+
+__device__ __forceinline__ float to_float(float v) { return v; }
+__device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
+__device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
+
+template <typename T> __device__ __forceinline__ T from_float(float v);
+template <> __device__ __forceinline__ float from_float<float>(float v) { return v; }
+template <> __device__ __forceinline__ __half from_float<__half>(float v) { return __float2half_rn(v); }
+template <> __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
+
+// VEC = 16 / sizeof(T) elements at the 16-byte aligned p, as floats: one 16-byte load.
+template <typename T, int VEC>
+__device__ __forceinline__ void load_vec(const T* __restrict__ p, float (&out)[VEC]) {
+    static_assert(VEC * sizeof(T) == 16, "a vector is 16 bytes");
+    const uint4 raw = *reinterpret_cast<const uint4*>(p);
+    const T* v = reinterpret_cast<const T*>(&raw);  // stays in registers
+#pragma unroll
+    for (int j = 0; j < VEC; ++j) out[j] = to_float(v[j]);
+}
+
+// VEC floats rounded once to T and stored at the 16-byte aligned p: one 16-byte store.
+template <typename T, int VEC>
+__device__ __forceinline__ void store_vec(T* __restrict__ p, const float (&in)[VEC]) {
+    uint4 raw;
+    T* v = reinterpret_cast<T*>(&raw);
+#pragma unroll
+    for (int j = 0; j < VEC; ++j) v[j] = from_float<T>(in[j]);
+    *reinterpret_cast<uint4*>(p) = raw;
+}
+
+struct MaxOp { __device__ float operator()(float a, float b) const { return fmaxf(a, b); } };
+struct SumOp { __device__ float operator()(float a, float b) const { return a + b; } };
+
+template <typename Op>
+__device__ __forceinline__ float warp_reduce(float v, Op op) {
+#pragma unroll
+    for (int offset = kWarpSize / 2; offset > 0; offset >>= 1) v = op(v, __shfl_xor_sync(0xffffffffu, v, offset));
+    return v;
+}
+
+// The CTA's reduction of v, in every thread: shuffles within each warp, one partial per warp through shared memory.
+template <typename Op>
+__device__ float block_reduce(float v, Op op, float identity) {
+    __shared__ float partials[kMaxThreads / kWarpSize];
+    const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
+    v = warp_reduce(v, op);
+    if (lane == 0) partials[warp] = v;
+    __syncthreads();
+    v = lane < blockDim.x / kWarpSize ? partials[lane] : identity;
+    v = warp_reduce(v, op);
+    __syncthreads();  // the next reduction writes partials again
+    return v;
+}
+
+// One row, one CTA's slice of it. Item k of a thread is the vector begin + tid + k * threads of the row
+// (consecutive threads, consecutive 16 bytes); the loops are unrolled, so v[k] is a register.
+template <typename T, int CLUSTER>
+__device__ __forceinline__ void softmax_cluster_row(const T* __restrict__ x_ptr, T* __restrict__ y_ptr, int n_cols) {
+#if SOFTMAX_HAS_CLUSTERS
+    constexpr int kVec = 16 / sizeof(T);
+    constexpr int kItems = kClusterCache / kVec;
+    cg::cluster_group cluster = cg::this_cluster();
+    // A launch without the cluster attribute would make every CTA a cluster of one: its reads of other ranks'
+    // shared memory would be invalid. Stop loudly instead.
+    if (cluster.num_blocks() != CLUSTER) __trap();
+    const int rank = (int)cluster.block_rank();
+    const int tid = threadIdx.x, threads = blockDim.x;
+    const long long row = blockIdx.x / CLUSTER;
+    const int n_vecs = n_cols / kVec;
+    const int per_cta = (n_vecs + CLUSTER - 1) / CLUSTER;
+    const int begin = rank * per_cta;
+    const int end = min(begin + per_cta, n_vecs);  // a CTA past the row's end has an empty slice: -inf, 0
+    const T* x = x_ptr + row * n_cols;
+    T* y = y_ptr + row * n_cols;
+
+    float v[kItems][kVec];
+    float local_max = neg_inf();
+#pragma unroll
+    for (int k = 0; k < kItems; ++k) {
+        const int item = begin + tid + k * threads;
+        if (item < end) {
+            load_vec<T, kVec>(x + item * kVec, v[k]);
+#pragma unroll
+            for (int j = 0; j < kVec; ++j) local_max = fmaxf(local_max, v[k][j]);
+        }
+    }
+    const float cta_max = block_reduce(local_max, MaxOp(), neg_inf());
+    const float shift = cta_max == neg_inf() ? 0.f : cta_max;
+    float local_sum = 0.f;
+#pragma unroll
+    for (int k = 0; k < kItems; ++k) {
+        if (begin + tid + k * threads < end) {
+#pragma unroll
+            for (int j = 0; j < kVec; ++j) {
+                v[k][j] = exp_f(v[k][j] - shift);
+                local_sum += v[k][j];
+            }
+        }
+    }
+    const float cta_sum = block_reduce(local_sum, SumOp(), 0.f);
+
+    __shared__ float2 cta_partial;  // (m_r, s_r), read by every CTA of the cluster
+    if (threadIdx.x == 0) cta_partial = make_float2(cta_max, cta_sum);
+    cluster.sync();  // every CTA's partial is written and visible to the cluster
+    float row_max = neg_inf();
+#pragma unroll
+    for (int r = 0; r < CLUSTER; ++r) row_max = fmaxf(row_max, cluster.map_shared_rank(&cta_partial, r)->x);
+    float row_sum = 0.f;
+#pragma unroll
+    for (int r = 0; r < CLUSTER; ++r) {
+        const float2 p = *cluster.map_shared_rank(&cta_partial, r);
+        row_sum += p.y * exp_f(p.x - row_max);  // an empty or all -inf slice adds 0 * 0
+    }
+    // Done with the other CTAs' shared memory: say so now, wait only before leaving, so the stores below do not
+    // wait for the slowest CTA of the cluster to read.
+    cluster.barrier_arrive();
+    const float scale = exp_f(cta_max - row_max) / row_sum;
+#pragma unroll
+    for (int k = 0; k < kItems; ++k) {
+        const int item = begin + tid + k * threads;
+        if (item < end) {
+#pragma unroll
+            for (int j = 0; j < kVec; ++j) v[k][j] *= scale;
+            store_vec<T, kVec>(y + item * kVec, v[k]);
+        }
+    }
+    cluster.barrier_wait();  // no CTA leaves (freeing its shared memory) while another may still read its partial
+#else
+    __trap();
+#endif
+}
+
+// grid: rows * kClusterSize blocks; block: 32..1024 threads, a multiple of 32. x_ptr, y_ptr: (rows, n_cols),
+// contiguous. __cluster_dims__ takes a literal: 8 is kClusterSize.
+extern "C" SOFTMAX_CLUSTER_DIMS(8) __global__ void __launch_bounds__(kMaxThreads)
+softmax_cluster_f32_kernel(const float* __restrict__ x_ptr, float* __restrict__ y_ptr, int n_cols) {
+    softmax_cluster_row<float, kClusterSize>(x_ptr, y_ptr, n_cols);
+}
+
+extern "C" SOFTMAX_CLUSTER_DIMS(8) __global__ void __launch_bounds__(kMaxThreads)
+softmax_cluster_f16_kernel(const __half* __restrict__ x_ptr, __half* __restrict__ y_ptr, int n_cols) {
+    softmax_cluster_row<__half, kClusterSize>(x_ptr, y_ptr, n_cols);
+}
+
+extern "C" SOFTMAX_CLUSTER_DIMS(8) __global__ void __launch_bounds__(kMaxThreads)
+softmax_cluster_bf16_kernel(const __nv_bfloat16* __restrict__ x_ptr, __nv_bfloat16* __restrict__ y_ptr,
+                            int n_cols) {
+    softmax_cluster_row<__nv_bfloat16, kClusterSize>(x_ptr, y_ptr, n_cols);
+}
