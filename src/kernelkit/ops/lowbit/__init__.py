@@ -18,7 +18,9 @@ over programs, partials combined with tl.atomic_add), ``triton_splitk_twopass`` 
 second kernel), ``triton_gemm`` (large M, dequantized in the K loop feeding tl.dot), ``triton_dequant_cublas`` (a
 dequantize kernel, then cuBLAS), ``triton_auto`` (one of those by M: launch.pick_kernel); ``eager_int4pack_mm``
 (linear_w4) and ``eager_int8pack_mm`` (linear_w8): PyTorch's own kernels on a cached conversion of the weights
-(torch_packed.py).
+(torch_packed.py). For M <= 16 (SKIPPED with the reason past it, or where the kernel does not apply; launched by
+gemv_launch.py): ``triton_gemv_unrolled`` (every op: triton_gemv's kernel with 4 word tiles loaded a step before
+any is expanded) and ``cuda_gemv`` (linear_w4 and linear_w8, bf16 and fp16: gemv.cu, a warp per 2 rows).
 
 "Faster than bf16" compares with F.linear on a dense weight of the same shape. That is not an impl: an impl sees
 only the op's inputs (the quantized weight), and building a dense weight inside it would time the build;
@@ -34,7 +36,7 @@ from typing import Any
 
 import torch
 
-from kernelkit.ops.lowbit import launch, torch_packed
+from kernelkit.ops.lowbit import gemv_launch, launch, torch_packed
 from kernelkit.ops.lowbit.inputs import check_inputs, cost_bytes, cost_flops, seeded_inputs
 from kernelkit.ops.lowbit.quantization import QuantizedWeight, dequantize, quantize
 from kernelkit.spec import Op, op
@@ -141,6 +143,10 @@ IMPLS: dict[str, tuple[Runner, list[Any], str]] = {
                     + [tk.lazy(name) for name in ("lowbit_splitk_kernel", "lowbit_gemm_kernel",
                                                   "lowbit_dequant_kernel")],
                     "the dispatcher: GEMV, split-K, GEMM or dequantize + cuBLAS by M (launch.pick_kernel)"),
+    "triton_gemv_unrolled": (gemv_launch.triton_unrolled,
+                             [gemv_launch.unrolled_kernels.lazy("lowbit_gemv_unrolled_kernel")],
+                             "Triton GEMV for M <= 16, 4 word tiles loaded before the first is expanded; K split "
+                             "when long"),
 }
 TORCH_IMPLS: dict[int, tuple[str, Runner, str]] = {
     4: ("eager_int4pack_mm", _torch_packed(torch_packed.int4pack_mm),
@@ -149,8 +155,16 @@ TORCH_IMPLS: dict[int, tuple[str, Runner, str]] = {
         "torch._weight_int8pack_mm on a cached conversion of the weights"),
 }
 
+# Impls of linear_w4 and linear_w8 only: name -> (runner, bits -> kernels it launches, dtypes, description).
+WIDE_CODE_IMPLS: dict[str, tuple[Runner, Callable[[int], list[Any]], list[torch.dtype], str]] = {
+    "cuda_gemv": (gemv_launch.cuda_gemv, gemv_launch.kernels_for, list(gemv_launch.DTYPES),
+                  "CUDA GEMV for M <= 16: a warp per 2 rows, 4 x 16-byte loads a row in flight a lane, "
+                  "every load serving all rows of x (gemv.cu)"),
+}
 
-def _register(target: Op, bits: int, name: str, runner: Runner, kernels: list[Any], doc: str) -> None:
+
+def _register(target: Op, bits: int, name: str, runner: Runner, kernels: list[Any], doc: str,
+              dtypes: list[torch.dtype] | None = None) -> None:
     default_group = target.reference.__defaults__[-1]
 
     def impl(x: torch.Tensor, packed: torch.Tensor, scales: torch.Tensor, zeros: torch.Tensor | None = None,
@@ -159,7 +173,7 @@ def _register(target: Op, bits: int, name: str, runner: Runner, kernels: list[An
 
     impl.__name__ = impl.__qualname__ = f"{target.name}_{name}"
     impl.__doc__ = doc
-    target.impl(name, kernels=kernels)(impl)
+    target.impl(name, kernels=kernels, dtypes=dtypes or ())(impl)
 
 
 for _bits, _op in OPS.items():
@@ -168,6 +182,9 @@ for _bits, _op in OPS.items():
     if _bits in TORCH_IMPLS:
         _name, _runner, _doc = TORCH_IMPLS[_bits]
         _register(_op, _bits, _name, _runner, [], _doc)
+    if _bits in gemv_launch.BITS:
+        for _name, (_runner, _kernels_for, _dtypes, _doc) in WIDE_CODE_IMPLS.items():
+            _register(_op, _bits, _name, _runner, _kernels_for(_bits), _doc, _dtypes)
 
 
 def __getattr__(name: str) -> Any:

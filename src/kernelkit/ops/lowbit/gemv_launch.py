@@ -1,0 +1,140 @@
+"""Launchers of the GEMVs for M <= 16 that keep several loads in flight a thread: ``cuda_gemv`` (gemv.cu: int4
+and int8 codes, bf16 or fp16 activations) and ``triton_unrolled`` (triton_gemv_unrolled.py: any bits, any dtype).
+Where one does not apply (``cuda_unsupported``, ``unrolled_unsupported``) it raises BackendUnavailable: the
+checker reports SKIPPED with the reason.
+
+CUDA: one kernel a (bits, dtype, M tile); M tiles are powers of two up to MAX_M, so M = 3 runs the M = 4 kernel (its
+fourth row reads row 3 again and is not stored). Each kernel is built alone (NVRTC, one -D naming it), so the
+first launch of one compiles one instantiation, not twenty.
+
+Bytes per call at M = 1, int4 g128 4096x4096: 8 MiB of words + 256 KiB of scales + 128 KiB of zeros + 8 KiB of x;
+at the H100's ~3.0 TB/s copy rate that is ~2.9 us, against ~11 us for bf16 F.linear's 32 MiB of weights.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from kernelkit.backends.cuda import CudaKernel, cuda_kernel
+from kernelkit.backends.lazy import kernel_module
+from kernelkit.errors import BackendUnavailable
+from kernelkit.ops.lowbit.launch import Problem, cdiv
+
+unrolled_kernels = kernel_module("kernelkit.ops.lowbit", "triton_gemv_unrolled")
+
+MAX_M = 16
+M_TILES = (1, 2, 4, 8, 16)
+BITS = (4, 8)
+DTYPES = {torch.bfloat16: "bf16", torch.float16: "f16"}
+# gemv.cu's kWarps and kRows: a block of 4 warps, each owning 2 output rows.
+WARPS = 4
+ROWS_PER_WARP = 2
+CHUNK_BYTES = 16  # a lane's load: 4 words, 32 int4 or 16 int8 codes
+PER_CHANNEL_SHIFT = 30  # chunk >> 30 is 0 for every chunk: one group a row
+
+
+def kernel_name(bits: int, dtype: torch.dtype, m_tile: int) -> str:
+    """'lowbit_gemv_w4_bf16_m1_kernel': the extern "C" name in gemv.cu."""
+    return f"lowbit_gemv_w{bits}_{DTYPES[dtype]}_m{m_tile}_kernel"
+
+
+def _build(name: str) -> CudaKernel:
+    return cuda_kernel("gemv.cu", name, options=(f"-DLOWBIT_GEMV_{name}",))
+
+
+KERNELS: dict[tuple[int, torch.dtype, int], CudaKernel] = {
+    (bits, dtype, m): _build(kernel_name(bits, dtype, m)) for bits in BITS for dtype in DTYPES for m in M_TILES
+}
+
+
+def kernels_for(bits: int) -> list[CudaKernel]:
+    """The kernels an op of ``bits``-bit codes may launch (compiled by the checker even without a GPU)."""
+    return [kernel for (b, _, _), kernel in KERNELS.items() if b == bits]
+
+
+def codes_per_chunk(bits: int) -> int:
+    return CHUNK_BYTES * 8 // bits
+
+
+def m_tile(m: int) -> int:
+    """The smallest M tile holding m rows (1 <= m <= MAX_M)."""
+    return next(t for t in M_TILES if t >= m)
+
+
+def cuda_unsupported(p: Problem) -> str | None:
+    """Why the kernel cannot take this call, or None. It reads whole 16-byte chunks of a row (K a multiple of 32
+    codes at 4 bits, 16 at 8), each chunk in one group, scales in the activation dtype, at most MAX_M rows."""
+    s, dtype = p.shape, p.x.dtype
+    if p.bits not in BITS:
+        return f"cuda_gemv reads 4- and 8-bit codes, not {p.bits}-bit"
+    if dtype not in DTYPES:
+        return f"cuda_gemv takes bfloat16 and float16 activations, not {dtype}"
+    if p.scales.dtype != dtype:
+        return f"cuda_gemv takes scales in the activation dtype ({dtype}), got {p.scales.dtype}"
+    if s.m > MAX_M:
+        return f"cuda_gemv takes M <= {MAX_M} rows (a GEMV or small GEMM on CUDA cores), got M = {s.m}"
+    codes = codes_per_chunk(p.bits)
+    if s.k % codes:
+        return f"cuda_gemv reads 16-byte chunks: K must be a multiple of {codes} at {p.bits} bits, got K = {s.k}"
+    if p.group_size is not None and p.group_size < codes:
+        return f"cuda_gemv scales whole chunks: group_size must be at least {codes} at {p.bits} bits, got " \
+               f"{p.group_size}"
+    return None
+
+
+def _aligned(t: torch.Tensor) -> torch.Tensor:
+    """t, or a copy where its data does not start on 16 bytes (a view into a larger tensor): the kernel's vector
+    loads need it."""
+    return t if t.data_ptr() % CHUNK_BYTES == 0 else t.clone()
+
+
+def cuda_gemv(p: Problem) -> torch.Tensor:
+    """y (M, N) in x's dtype: one launch of gemv.cu's kernel for (bits, dtype, M tile); BackendUnavailable where
+    ``cuda_unsupported`` gives a reason."""
+    reason = cuda_unsupported(p)
+    if reason is not None:
+        raise BackendUnavailable(reason)
+    s = p.shape
+    x, packed = _aligned(p.x), _aligned(p.packed)
+    y = torch.empty((s.m, s.n), dtype=x.dtype, device=x.device)
+    codes = codes_per_chunk(p.bits)
+    chunks = s.k // codes
+    shift = PER_CHANNEL_SHIFT if p.group_size is None else (p.group_size // codes).bit_length() - 1
+    # Symmetric weights have no zeros: any uint8 tensor fills the pointer (has_zeros = 0, never read).
+    zeros = p.zeros if p.zeros is not None else packed.view(torch.uint8)
+    kernel = KERNELS[p.bits, x.dtype, m_tile(s.m)]
+    kernel.launch(cdiv(s.n, WARPS * ROWS_PER_WARP), WARPS * 32, x, packed, p.scales, zeros, y, s.m, s.n, chunks,
+                  s.groups, shift, int(p.zeros is not None))
+    return y
+
+
+def unrolled_unsupported(p: Problem) -> str | None:
+    """Why triton_gemv_unrolled does not take this call, or None: a program a row of x re-reads the weights for
+    every row (from L2), a GEMV's regime, so past MAX_M rows the tensor-core kernels are the ones to run."""
+    if p.shape.m > MAX_M:
+        return f"triton_gemv_unrolled takes M <= {MAX_M} rows (a program a row of x), got M = {p.shape.m}"
+    return None
+
+
+def triton_unrolled(p: Problem) -> torch.Tensor:
+    """y (M, N): lowbit_gemv_unrolled_kernel, one row of programs per row of x, K split as the autotuned config
+    says; the split path's fp32 sums and counters are this call's own buffer, zeroed by the config's pre-hook."""
+    reason = unrolled_unsupported(p)
+    if reason is not None:
+        raise BackendUnavailable(reason)
+    s = p.shape
+    y = torch.empty((s.m, s.n), dtype=p.x.dtype, device=p.x.device)
+    kernels = unrolled_kernels.load()
+    # int32: (M, N) fp32 sums as bits, then one counter per (row of x, block of rows) at the least BLOCK_N
+    workspace = torch.empty(s.m * (s.n + cdiv(s.n, kernels.UNROLLED_MIN_BLOCK_N)), dtype=torch.int32,
+                            device=p.x.device)
+    kwords = p.packed.shape[1]
+
+    def grid(meta: dict) -> tuple[int, int, int]:
+        per_split = kernels.words_per_split(kwords, meta["BLOCK_KW"] * kernels.UNROLL, meta["SPLIT_K"])
+        return s.m, cdiv(s.n, meta["BLOCK_N"]), cdiv(kwords, per_split)
+
+    kernels.lowbit_gemv_unrolled_kernel[grid](
+        p.x, p.packed, p.scales, p.zeros_arg, y, workspace, s.n, s.k, kwords, p.x.stride(0), p.packed.stride(0),
+        p.scales.stride(0), y.stride(0), **p.common())
+    return y
