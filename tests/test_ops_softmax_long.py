@@ -8,11 +8,13 @@ from __future__ import annotations
 import pytest
 import torch
 
+import kernelkit as kk
 from kernelkit.backends.sass import disassemble, find_tool
 from kernelkit.ops import softmax as softmax_module
 from kernelkit.ops.softmax import cluster
+from kernelkit.results import Status
 from kernelkit.spec import seeded_normal
-from opkit import KernelSpy, assert_matches_reference
+from opkit import KernelSpy, assert_matches_reference, assert_statuses
 
 FWD = softmax_module.softmax.impls
 REFERENCE = softmax_module.softmax.reference
@@ -206,3 +208,28 @@ def test_long_rows_with_minus_infinity_slices_on_gpu(dtype: torch.dtype) -> None
         assert y[1, 0] == 1 and (y[1, 1:] == 0).all(), name
         assert y[2].isnan().all(), name
         assert_matches_reference(y[3], REFERENCE, x[3])
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("offset", [0, 1])  # 1: rows off a 16-byte boundary, so cuda_cluster falls back
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_around_the_cluster_limits_on_gpu(offset: int, dtype: torch.dtype) -> None:
+    # 16384: the fallback's longest; 16385: longer, not whole vectors (the fallback); 16392: the cluster's first
+    # whole-vector length in fp32 and bf16; 262144: its longest; 262152: one bf16 vector past it (the fallback).
+    for n_cols in (16384, 16385, 16392, 262144, 262152):
+        rows = 2
+        x = seeded_normal((rows * n_cols + offset,), dtype, "cuda", n_cols)[offset:].view(rows, n_cols)
+        for name in ("cuda_cluster", "triton_split"):
+            assert_matches_reference(FWD[name].fn(x), REFERENCE, x)
+        y = torch.empty_like(x)
+        takes = _has_clusters() and not offset and cluster.cluster_threads(n_cols, x.element_size()) is not None
+        assert cluster.launch_cuda_cluster(x, y) is takes, (n_cols, offset)
+
+
+@pytest.mark.gpu
+def test_long_rows_pass_the_strict_check_on_gpu() -> None:
+    # The checker's whole path (strict by default: the declared kernels must launch, on one stream).
+    report = kk.check("softmax", device="cuda", impls=["cuda_cluster", "triton_split"],
+                      sizes=[(1024, 65536), (3, 40000), (7, 262144)], dtypes=[torch.float32, torch.bfloat16])
+    assert len(report.results) == 2 * 3 * 2
+    assert_statuses(report, lambda r: Status.PASSED)
