@@ -19,8 +19,10 @@ flash and cuDNN backends refuse fp32: SKIPPED). The Triton kernels take head_dim
 
 Forward impls: ``eager_naive`` (the learner's first version: S = q kᵀ materialized), ``triton_online`` (online
 softmax, one pass over K/V per query block), ``triton_flash`` (FA2: resident query tile, causal block skipping,
-autotuned for Hopper), ``triton_flash_tma`` (the same, K/V tiles loaded by TMA), ``eager_sdpa_flash`` /
-``_cudnn`` / ``_efficient`` (torch SDPA with one backend forced), and the ``compile`` baseline. Backward impls:
+autotuned for Hopper), ``triton_flash_tma`` (the same, K/V tiles loaded by TMA), ``triton_flash_ws`` (Triton's
+tutorial kernel: in-kernel TMA descriptors, a warp-specialized K/V loop on Hopper; triton_ws.py),
+``eager_sdpa_flash`` / ``_cudnn`` / ``_efficient`` (torch SDPA with one backend forced), and the ``compile``
+baseline. Backward impls:
 ``eager_naive``, ``triton_flash`` (dK/dV kernel, then dQ kernel), ``triton_flash_dq_atomic`` (dQ by fp32 atomics
 in the dK/dV kernel), ``eager_sdpa_*`` (SDPA's forward and backward: it cannot start from another kernel's saved o
 and lse).
@@ -36,10 +38,12 @@ from typing import Any
 
 import torch
 
+from kernelkit.backends.lazy import kernel_module
 from kernelkit.ops.attention import launch, sdpa
 from kernelkit.spec import Op, Size, op, seeded_normal
 
 FP = [torch.bfloat16, torch.float16, torch.float32]
+ws_kernels = kernel_module(__name__, "triton_ws")
 # GPU checks. The reference runs in float64 with every score materialized, so these stay small enough for it.
 SIZES = [
     (2, 4, 1000, 64),  # seq a multiple of no tile: partial last query and key blocks
@@ -292,6 +296,11 @@ def _register_forward(target: Op, causal: bool) -> None:
         """triton_flash with K/V tiles loaded by Hopper's TMA (tensor descriptors) instead of pointer arithmetic."""
         return launch.forward(q, k, v, causal, "flash_tma")[0]
 
+    @target.impl("triton_flash_ws", kernels=[ws_kernels.lazy("attention_flash_ws_kernel")])
+    def triton_flash_ws(q, k, v):
+        """Triton's tutorial forward: in-kernel TMA descriptors, K/V loop warp-specialized on Hopper (autotuned)."""
+        return ws_kernels.forward(q, k, v, causal)[0]
+
     for backend in sdpa.BACKENDS:
         target.impl(f"eager_sdpa_{backend}")(_sdpa_forward(backend, causal))
 
@@ -351,6 +360,11 @@ def _register_with_lse(target: Op, causal: bool) -> None:
     for kernel in ("online", "flash", "flash_tma"):
         target.impl(f"triton_{kernel}", kernels=[launch.forward_kernels.lazy(_FORWARD_KERNELS[kernel])])(
             _triton_with_lse(kernel, causal))
+
+    @target.impl("triton_flash_ws", kernels=[ws_kernels.lazy("attention_flash_ws_kernel")])
+    def triton_flash_ws(q, k, v):
+        """attention's triton_flash_ws, returning the lse it saves (launch.backward reads it as triton_flash's)."""
+        return ws_kernels.forward(q, k, v, causal)
 
 
 def _triton_with_lse(kernel: str, causal: bool) -> Callable[..., tuple[torch.Tensor, torch.Tensor]]:
