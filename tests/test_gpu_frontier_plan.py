@@ -1,0 +1,136 @@
+"""scripts/gpu-frontier on a machine without a GPU: --plan lists every target with its op, impls, anchor and
+threshold; a run without a GPU stops at once with a clear message; the table's verdicts read the right way."""
+
+from __future__ import annotations
+
+import os
+import runpy
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from kernelkit.ops import attention, lowbit, softmax, sparse24
+
+ROOT = Path(__file__).resolve().parent.parent
+SCRIPT = ROOT / "scripts" / "gpu-frontier"
+PIECES = ["matmul", "linear24", "softmax", "roofline", "aa", "lowbit", "attention", "check"]
+# Each target of the script, as --plan must state it: (piece, the words that name it)
+TARGETS = [
+    ("lowbit", "target: linear_w4 M=1 >= 2.5x bf16 F.linear"),
+    ("lowbit", "target: linear_w4 M=16 >= 1.8x bf16 F.linear"),
+    ("lowbit", "target: linear_w4 faster than eager_int4pack_mm at M = 1, 16, 4096"),
+    ("lowbit", "target: linear_w8 M=1 >= 1.8x bf16 F.linear"),
+    ("lowbit", "target: linear_w8 M=4096 >= 0.9x bf16 F.linear"),
+    ("attention", "target: forward >= 0.9x eager_sdpa_cudnn"),
+    ("attention", "target: forward >= 1.0x eager_sdpa_flash"),
+    ("attention", "target: backward >= 0.85x eager_sdpa_cudnn"),
+    ("attention", "target: backward >= 1.0x eager_sdpa_flash"),
+    ("linear24", "target: best 2:4 impl >= 1.2x eager_dense at each shape"),
+    ("linear24", "target: training step (SparseLinear, training mode) >= 1.0x nn.Linear"),
+    ("matmul", "target: best cuda_* rung >= 0.85x cuBLAS fp32"),
+    ("softmax", "target: best impl >= 90% of the calibrated copy rate"),
+    ("softmax", "target: best impl >= 1.0x torch.compile"),
+    ("aa", "target: 0 cases faster or slower"),
+    ("roofline", "target: roofline PNG of square, softmax and matmul"),
+    ("check", "target: every impl PASSES"),
+]
+
+
+def _script(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True, timeout=120,
+                          cwd=ROOT, env={**os.environ, **(env or {})})
+
+
+@pytest.fixture(scope="module")
+def plan() -> str:
+    done = _script("--plan")
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def _section(plan: str, piece: str) -> str:
+    """The plan's lines of one piece: its header line and the indented lines under it."""
+    lines = plan.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(f"{piece} ("))
+    end = next((i for i in range(start + 1, len(lines)) if not lines[i].startswith("  ")), len(lines))
+    return "\n".join(lines[start:end])
+
+
+def test_the_plan_lists_every_target_under_its_piece(plan):
+    for piece, words in TARGETS:
+        assert words in _section(plan, piece), (piece, words)
+    assert plan.count("  target: ") == len(TARGETS)  # no target the test does not know of
+    assert f"pieces in this order: {', '.join(PIECES)}" in plan
+
+
+def test_the_plan_names_the_sizes_and_anchors(plan):
+    assert "4096x4096, 14336x4096, 4096x14336" in _section(plan, "lowbit")
+    assert "(4, 16, 4096, 128), (1, 16, 16384, 128), full and causal" in _section(plan, "attention")
+    assert "(4096, 11008, 4096), (4096, 4096, 11008), (1024, 16384, 16384)" in _section(plan, "linear24")
+    assert "float32 4096x4096x4096" in _section(plan, "matmul")
+    assert "anchor: cuBLAS fp32 (eager, TF32 off)" in _section(plan, "matmul")
+    assert "1024x65536 float32 and bfloat16" in _section(plan, "softmax")
+    assert "eager_int4pack_mm" in _section(plan, "lowbit")
+
+
+def test_the_plan_lists_the_impls_the_ops_have_now(plan):
+    # Read from the registries: an impl added later (cuda_gemv, triton_flash_ws, ...) shows without a change here.
+    kernels = [n for n in lowbit.linear_w4.impls if n.startswith(("triton_", "cuda_"))]
+    assert f"linear_w4 impls: {', '.join(n for n in kernels if n != 'triton_auto')}, triton_auto" in plan
+    flash = [n for n in attention.attention.impls if n.startswith("triton_flash")]
+    assert f"impls: forward {', '.join(flash)};" in plan
+    assert ", ".join(n for n in sparse24.linear24.impls if n.startswith("cusparselt")) in plan
+    assert ", ".join(n for n in softmax.softmax.impls if n.startswith(("triton_", "cuda_"))) in plan
+
+
+def test_only_keeps_the_order_and_refuses_an_unknown_piece():
+    done = _script("--plan", "--only", "check,matmul")
+    assert done.returncode == 0, done.stderr
+    assert "pieces in this order: matmul, check" in done.stdout
+    refused = _script("--only", "matmul,flash")
+    assert refused.returncode == 2
+    assert "no piece named flash; pieces: " + ", ".join(PIECES) in refused.stderr
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="with a GPU the script would start its run")
+def test_without_a_gpu_it_stops_at_once_and_says_why(tmp_path):
+    began = time.monotonic()
+    done = _script("--limit", "30", env={"OUT": str(tmp_path)})
+    assert done.returncode == 2
+    assert "gpu-frontier needs an NVIDIA GPU (torch sees none)" in done.stderr
+    assert "--plan" in done.stderr
+    assert time.monotonic() - began < 30
+    assert not list(tmp_path.iterdir())  # nothing written
+
+
+@pytest.fixture(scope="module")
+def script() -> dict:
+    """The script's names, loaded without running it (its module level imports only the standard library)."""
+    return runpy.run_path(str(SCRIPT), run_name="gpu_frontier")
+
+
+@pytest.mark.parametrize(("unit", "ratio", "want", "verdict"), [
+    ("x", 2.6, 2.5, "met"),
+    ("x", 2.0, 2.5, "MISSED by 20%"),  # a speedup short of its target by a fifth
+    ("x", 0.9, 0.9, "met"),  # the threshold itself meets
+    ("%", 0.72, 0.90, "MISSED by 20%"),
+    ("cases", 0.0, 0.0, "met"),
+    ("cases", 3.0, 0.0, "MISSED by 3"),  # a count at most want: more is worse
+    ("done", 0.0, 1.0, "MISSED by 100%"),
+    ("x", None, 1.0, "no value"),  # a value or anchor that failed to time is neither met nor missed
+])
+def test_verdicts_read_each_unit_the_right_way(script, unit, ratio, want, verdict):
+    target = script["Target"](1, "t", "v", None, "a", None, ratio, want, unit=unit)
+    assert target.verdict() == verdict
+    assert target.met is (None if ratio is None else verdict == "met")
+
+
+def test_the_ratio_is_anchor_time_over_value_time(script):
+    assert script["ratio"](3.0, 1.5) == 2.0  # the value twice as fast as its anchor
+    assert script["ratio"](None, 1.0) is None and script["ratio"](1.0, None) is None
+    assert script["fastest"]({"a": 2.0, "b": None, "c": 1.0}) == ("c", 1.0)
+    assert script["fastest"]({"a": None}) == (None, None)
