@@ -1,12 +1,18 @@
 """The M <= 16 GEMVs of the low-bit linear ops: ``triton_gemv_unrolled`` in the interpreter against the reference
 at edge shapes (M = 1, 3, 16; K = 128 and 4096; N = 1000 and ragged blocks; 2, 4 and 8 bits), where each impl
-skips and why, ``cuda_gemv``'s kernels compiled for sm_90 one at a time; on a GPU (gpu marker), ``cuda_gemv``
-and the unrolled GEMV against the reference at the target weights (Llama-3-8B layers) and at every M tile,
-ragged N, each quantization, fp16, and a misaligned x.
+skips and why, ``cuda_gemv``'s kernels compiled for sm_90 one at a time, its launch arguments against the
+kernels' signatures, and its lanes run on the host (a host build of gemv.cu by nvcc); on a GPU (gpu marker),
+``cuda_gemv`` and the unrolled GEMV against the reference at the target weights (Llama-3-8B layers) and at every
+M tile, ragged N, each quantization, fp16, and a misaligned x.
 """
 
 from __future__ import annotations
 
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
 import pytest
 import torch
 
@@ -145,6 +151,114 @@ def test_cuda_gemv_kernels_compile_for_sm_90_each_alone(can_compile: bool) -> No
         kernel = gemv_launch.KERNELS[key]
         cubin = kernel.compile("sm_90").cubin
         assert [name for name in names if name.encode() in cubin] == [kernel.name]
+
+
+# ---- cuda_gemv's lanes on the CPU ----------------------------------------------------------------------------
+# gemv.cu's per-lane arithmetic (lane_sums: loads, the code-to-float trick, groups, tails) is __host__ __device__:
+# a host build runs every lane of every warp, summed as the warp's shuffles would, on the op's own inputs. The
+# GPU-only parts (the shuffles, the store, the grid) are left to the gpu tests.
+
+HOST_HARNESS = r"""
+// Every lane of every warp of gemv.cu's kernels, run on the host; y in fp32 (the kernel rounds it to T).
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "gemv.cu"
+
+template <typename V>
+static std::vector<V> read_file(const std::string& path, size_t count) {
+    std::vector<V> data(count ? count : 1);
+    FILE* f = std::fopen(path.c_str(), "rb");
+    if (!f || std::fread(data.data(), sizeof(V), count, f) != count) std::exit(3);
+    std::fclose(f);
+    return data;
+}
+
+template <typename T, int BITS, int M_TILE>
+static void emulate(const std::string& dir, int m_rows, int n, int chunks, int groups, int shift, int has_zeros) {
+    const size_t k = size_t(chunks) * 128 / BITS;
+    const auto x = read_file<T>(dir + "/x.bin", m_rows * k);
+    const auto w = read_file<int4>(dir + "/w.bin", size_t(n) * chunks);
+    const auto s = read_file<T>(dir + "/s.bin", size_t(n) * groups);
+    const auto z = read_file<unsigned char>(dir + "/z.bin", has_zeros ? size_t(n) * groups : 0);
+    std::vector<float> y(size_t(m_rows) * n);
+    for (int row0 = 0; row0 < n; row0 += kRows) {
+        float total[M_TILE][kRows] = {};
+        for (int lane = 0; lane < kWarp; ++lane) {
+            float acc[M_TILE][kRows] = {};
+            lane_sums<T, BITS, M_TILE, Unroll<M_TILE>::value>(lane, row0, x.data(), w.data(), s.data(), z.data(),
+                                                              m_rows, n, chunks, groups, shift, has_zeros, acc);
+            for (int m = 0; m < M_TILE; ++m)
+                for (int r = 0; r < kRows; ++r) total[m][r] += acc[m][r];
+        }
+        for (int m = 0; m < m_rows; ++m)
+            for (int r = 0; r < kRows && row0 + r < n; ++r) y[size_t(m) * n + row0 + r] = total[m][r];
+    }
+    FILE* f = std::fopen((dir + "/y.bin").c_str(), "wb");
+    std::fwrite(y.data(), sizeof(float), y.size(), f);
+    std::fclose(f);
+}
+
+// argv: folder, kernel name (as gemv.cu's), M, N, chunks, groups, group shift, has zeros
+int main(int argc, char** argv) {
+    if (argc != 9) return 2;
+    const std::string dir = argv[1], name = argv[2];
+    int v[6];
+    for (int i = 0; i < 6; ++i) v[i] = std::atoi(argv[3 + i]);
+#define CASE(NAME, T, BITS, M_TILE) \
+    if (name == NAME) return emulate<T, BITS, M_TILE>(dir, v[0], v[1], v[2], v[3], v[4], v[5]), 0;
+    CASE("lowbit_gemv_w4_bf16_m4_kernel", __nv_bfloat16, 4, 4)
+    CASE("lowbit_gemv_w4_f16_m1_kernel", __half, 4, 1)
+    CASE("lowbit_gemv_w4_f16_m16_kernel", __half, 4, 16)
+    CASE("lowbit_gemv_w8_bf16_m2_kernel", __nv_bfloat16, 8, 2)
+    CASE("lowbit_gemv_w8_f16_m16_kernel", __half, 8, 16)
+    return 4;
+}
+"""
+
+# (bits, group_size, symmetric, (M, N, K), dtype, kernel): each lane path. N = 1001: the last warp's second row
+# past N; K = 4128: 129 chunks (a second step for one lane) and a last group of 32 codes; M = 3 and 13 in tiles of
+# 4 and 16 (rows of x past M); per-channel int4 with zeros; groups of 32 (one a chunk); int8 with groups of 64;
+# M <= 2 sums a chunk before scaling it, M >= 4 scales each code.
+HOST_CASES = [
+    (4, 128, False, (3, 1001, 4128), torch.bfloat16, "lowbit_gemv_w4_bf16_m4_kernel"),
+    (4, None, False, (1, 40, 256), torch.float16, "lowbit_gemv_w4_f16_m1_kernel"),
+    (4, 32, True, (9, 17, 512), torch.float16, "lowbit_gemv_w4_f16_m16_kernel"),
+    (8, 64, False, (2, 33, 1024), torch.bfloat16, "lowbit_gemv_w8_bf16_m2_kernel"),
+    (8, None, True, (13, 24, 64), torch.float16, "lowbit_gemv_w8_f16_m16_kernel"),
+]
+
+
+@pytest.fixture(scope="module")
+def host_harness(tmp_path_factory: pytest.TempPathFactory) -> str:
+    nvcc = shutil.which("nvcc")
+    if nvcc is None:
+        pytest.skip("nvcc is not here: the host build of gemv.cu needs it")
+    folder = tmp_path_factory.mktemp("gemv_host")
+    (folder / "harness.cu").write_text(HOST_HARNESS)
+    source_dir = Path(gemv_launch.__file__).parent
+    subprocess.run([nvcc, "-std=c++17", "-O1", f"-I{source_dir}", "-o", str(folder / "harness"),
+                    str(folder / "harness.cu")], check=True, capture_output=True, timeout=300)
+    return str(folder / "harness")
+
+
+@pytest.mark.parametrize("bits, group_size, symmetric, size, dtype, kernel", HOST_CASES)
+def test_cuda_gemv_lanes_match_the_reference_on_the_host(bits, group_size, symmetric, size, dtype, kernel,
+                                                         host_harness, tmp_path) -> None:
+    x, packed, scales, zeros, group_size = args = _inputs(bits, group_size, symmetric, size, dtype, seed=1)
+    m, n, k = size
+    codes = gemv_launch.codes_per_chunk(bits)
+    shift = gemv_launch.PER_CHANNEL_SHIFT if group_size is None else (group_size // codes).bit_length() - 1
+    assert gemv_launch.kernel_name(bits, dtype, gemv_launch.m_tile(m)) == kernel
+    for name, t in (("x", x.view(torch.int16)), ("w", packed), ("s", scales.view(torch.int16)),
+                    ("z", zeros if zeros is not None else torch.zeros(0, dtype=torch.uint8))):
+        t.contiguous().numpy().tofile(tmp_path / f"{name}.bin")
+    subprocess.run([host_harness, str(tmp_path), kernel, str(m), str(n), str(k // codes), str(scales.shape[1]),
+                    str(shift), str(int(zeros is not None))], check=True, timeout=60)
+    y = torch.from_numpy(np.fromfile(tmp_path / "y.bin", dtype=np.float32)).view(m, n)
+    assert_matches_reference(y.to(dtype), lowbit.OPS[bits].reference, *args)
 
 
 # ---- GPU ----------------------------------------------------------------------------------------------------

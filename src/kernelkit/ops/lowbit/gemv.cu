@@ -6,8 +6,9 @@
 // 4096x4096), and HBM reaches its rate only with ~32 KiB of loads in flight per SM. A loop with one load in
 // flight per thread is latency-bound. Here each warp owns kRows output rows and each lane issues all its 16-byte
 // weight loads for UNROLL chunks of every row (kRows x UNROLL x 16 bytes, 128 bytes at M <= 4), and their
-// scales and zeros, before the first FMA; a chunk is one 16-byte vector, 4 words (32 int4 or 16 int8 codes). Lanes take consecutive chunks, so a
-// warp's load is 512 contiguous bytes of one row. Every weight load serves all M rows of x.
+// scales and zeros, before the first FMA; a chunk is one 16-byte vector, 4 words (32 int4 or 16 int8 codes).
+// Lanes take consecutive chunks, so a warp's load is 512 contiguous bytes of one row. Every weight load serves
+// all M rows of x.
 //
 // Dequantizing without int-to-float conversions (I2F runs at 1/4 of the FMA rate on Hopper): the code's bits are
 // masked in place and OR-ed into the mantissa of 1.0, giving f = 1 + q 2^(j BITS - 23) for the code at bit j BITS
@@ -32,26 +33,57 @@ constexpr int kWarps = 4;  // warps per block: 128 threads, 8 rows a block
 constexpr int kRows = 2;   // output rows a warp owns: each x load serves two rows of weights
 constexpr unsigned kOne = 0x3F800000u;  // float 1.0
 
+// The arithmetic of a lane (``lane_sums`` and what it calls) is __host__ __device__, so a host build of this file
+// can run every lane of every warp on the CPU (tests/test_ops_lowbit_gemv.py does, with nvcc); the loads below
+// are plain reads there.
+#define LOWBIT_HD __host__ __device__ __forceinline__
+
 // Weights are read once: skip L1 (keep it for x), read-only path.
-__device__ __forceinline__ uint4 load_weights(const int4* p) {
+LOWBIT_HD uint4 load_weights(const int4* p) {
+#ifdef __CUDA_ARCH__
     uint4 v;
     asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
         : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
         : "l"(p));
     return v;
+#else
+    return *reinterpret_cast<const uint4*>(p);
+#endif
 }
 
-__device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
-__device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
+// x through the read-only cache.
+template <typename V>
+LOWBIT_HD V load_read_only(const V* p) {
+#ifdef __CUDA_ARCH__
+    return __ldg(p);
+#else
+    return *p;
+#endif
+}
+
+LOWBIT_HD float bits_to_float(unsigned u) {
+#ifdef __CUDA_ARCH__
+    return __uint_as_float(u);
+#else
+    float f;
+    __builtin_memcpy(&f, &u, sizeof f);
+    return f;
+#endif
+}
+
+LOWBIT_HD int smaller(int a, int b) { return a < b ? a : b; }
+
+LOWBIT_HD float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
+LOWBIT_HD float to_float(__half v) { return __half2float(v); }
 __device__ __forceinline__ void store(__nv_bfloat16* p, float v) { *p = __float2bfloat16_rn(v); }
 __device__ __forceinline__ void store(__half* p, float v) { *p = __float2half_rn(v); }
 
 // Two packed 16-bit activations (the lower address in the low half) as floats.
-__device__ __forceinline__ void pair_to_floats(unsigned u, float& lo, float& hi, __nv_bfloat16) {
-    lo = __uint_as_float(u << 16);  // bf16 is the top half of an fp32
-    hi = __uint_as_float(u & 0xFFFF0000u);
+LOWBIT_HD void pair_to_floats(unsigned u, float& lo, float& hi, __nv_bfloat16) {
+    lo = bits_to_float(u << 16);  // bf16 is the top half of an fp32
+    hi = bits_to_float(u & 0xFFFF0000u);
 }
-__device__ __forceinline__ void pair_to_floats(unsigned u, float& lo, float& hi, __half) {
+LOWBIT_HD void pair_to_floats(unsigned u, float& lo, float& hi, __half) {
     const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&u));
     lo = f.x;
     hi = f.y;
@@ -59,28 +91,29 @@ __device__ __forceinline__ void pair_to_floats(unsigned u, float& lo, float& hi,
 
 // P = 32 / BITS consecutive activations starting at p (16-byte aligned for int4, 8-byte for int8) as floats.
 template <typename T, int P>
-__device__ __forceinline__ void load_x(const T* p, float (&v)[P]) {
+LOWBIT_HD void load_x(const T* p, float (&v)[P]) {
     if constexpr (P == 8) {
-        const uint4 raw = __ldg(reinterpret_cast<const uint4*>(p));
+        const uint4 raw = load_read_only(reinterpret_cast<const uint4*>(p));
         pair_to_floats(raw.x, v[0], v[1], T());
         pair_to_floats(raw.y, v[2], v[3], T());
         pair_to_floats(raw.z, v[4], v[5], T());
         pair_to_floats(raw.w, v[6], v[7], T());
     } else {
         static_assert(P == 4, "int4 or int8 codes");
-        const uint2 raw = __ldg(reinterpret_cast<const uint2*>(p));
+        const uint2 raw = load_read_only(reinterpret_cast<const uint2*>(p));
         pair_to_floats(raw.x, v[0], v[1], T());
         pair_to_floats(raw.y, v[2], v[3], T());
     }
 }
 
-// Codes of one word as q - z (exact fp32). LOW codes sit below bit 23 as stored; the rest are shifted down by
-// LOW * BITS first. offset[j] = -(2^(23 - j BITS) + z), exact (< 2^24).
 // Codes of a word whose bits end at or below bit 23 as stored: 5 of int4 (bits 0-19), 2 of int8 (bits 0-15).
 __host__ __device__ constexpr int low_codes(int bits) { return bits == 4 ? 5 : 2; }
 
+// Codes of one word as q - z (exact fp32). LOW codes sit below bit 23 as stored; the rest are shifted down by
+// LOW * BITS first. offset[j] = -(2^(23 - j BITS) + z), exact (< 2^24).
+
 template <int BITS>
-__device__ __forceinline__ void centred_codes(unsigned word, const float (&offset)[low_codes(BITS)],
+LOWBIT_HD void centred_codes(unsigned word, const float (&offset)[low_codes(BITS)],
                                               float (&q)[32 / BITS]) {
     constexpr int P = 32 / BITS;
     constexpr int LOW = low_codes(BITS);
@@ -90,36 +123,31 @@ __device__ __forceinline__ void centred_codes(unsigned word, const float (&offse
     for (int j = 0; j < P; ++j) {
         const int at = j < LOW ? j : j - LOW;
         const unsigned bits = (j < LOW ? word : high) & (MASK << (at * BITS));
-        const float f = __uint_as_float(bits | kOne);
+        const float f = bits_to_float(bits | kOne);
         q[j] = fmaf(f, float(1u << (23 - at * BITS)), offset[at]);
     }
 }
 
-// The kernel body: block b, warp w own rows (b kWarps + w) kRows + r; lanes stride the row's chunks.
+// One lane's sums: acc[m][r] = this lane's part of y[m, row0 + r], over chunks lane, lane + 32, ... of the rows.
 // w_ptr: (N, chunks) 16-byte chunks; scales, zeros: (N, groups); chunk c is in group c >> group_shift (30 when
 // per channel: every chunk in group 0). zeros are read only when has_zeros (else z = 2^(BITS - 1)).
 template <typename T, int BITS, int M_TILE, int UNROLL>
-__device__ __forceinline__ void gemv_rows(const T* __restrict__ x_ptr, const int4* __restrict__ w_ptr,
-                                          const T* __restrict__ s_ptr, const unsigned char* __restrict__ z_ptr,
-                                          T* __restrict__ y_ptr, int m_rows, int n, int chunks, int groups,
-                                          int group_shift, int has_zeros) {
+LOWBIT_HD void lane_sums(int lane, int row0, const T* __restrict__ x_ptr, const int4* __restrict__ w_ptr,
+                         const T* __restrict__ s_ptr, const unsigned char* __restrict__ z_ptr, int m_rows, int n,
+                         int chunks, int groups, int group_shift, int has_zeros, float (&acc)[M_TILE][kRows]) {
     constexpr int P = 32 / BITS;          // codes a word
     constexpr int CODES = 4 * P;          // codes a chunk (16 bytes)
     constexpr int LOW = low_codes(BITS);
     constexpr bool kScaleCodes = M_TILE >= 4;
-    const int lane = threadIdx.x % kWarp;
-    const int row0 = (blockIdx.x * kWarps + threadIdx.x / kWarp) * kRows;
-    if (row0 >= n) return;  // the whole warp: nothing below synchronizes the block
     const long long k = (long long)chunks * CODES;
     long long row[kRows];
 #pragma unroll
-    for (int r = 0; r < kRows; ++r) row[r] = min(row0 + r, n - 1);
+    for (int r = 0; r < kRows; ++r) row[r] = smaller(row0 + r, n - 1);
     // Rows of x as element offsets (32-bit when they fit: 16 x 64-bit pointers would take 32 registers).
     int x_row[M_TILE];
 #pragma unroll
-    for (int m = 0; m < M_TILE; ++m) x_row[m] = min(m, m_rows - 1);
+    for (int m = 0; m < M_TILE; ++m) x_row[m] = smaller(m, m_rows - 1);
 
-    float acc[M_TILE][kRows] = {};
     for (int base = lane; base < chunks; base += kWarp * UNROLL) {
         // Every load of this step is issued before any arithmetic: the words, and their scales and zeros (in a
         // cold L2 those come from HBM too; loaded in the loop they would add a second latency a step).
@@ -186,6 +214,20 @@ __device__ __forceinline__ void gemv_rows(const T* __restrict__ x_ptr, const int
             }
         }
     }
+}
+
+// The kernel body: block b, warp w own rows (b kWarps + w) kRows + r; the lanes' sums meet by shuffles.
+template <typename T, int BITS, int M_TILE, int UNROLL>
+__device__ __forceinline__ void gemv_rows(const T* __restrict__ x_ptr, const int4* __restrict__ w_ptr,
+                                          const T* __restrict__ s_ptr, const unsigned char* __restrict__ z_ptr,
+                                          T* __restrict__ y_ptr, int m_rows, int n, int chunks, int groups,
+                                          int group_shift, int has_zeros) {
+    const int lane = threadIdx.x % kWarp;
+    const int row0 = (blockIdx.x * kWarps + threadIdx.x / kWarp) * kRows;
+    if (row0 >= n) return;  // the whole warp: nothing below synchronizes the block
+    float acc[M_TILE][kRows] = {};
+    lane_sums<T, BITS, M_TILE, UNROLL>(lane, row0, x_ptr, w_ptr, s_ptr, z_ptr, m_rows, n, chunks, groups,
+                                       group_shift, has_zeros, acc);
 #pragma unroll
     for (int m = 0; m < M_TILE; ++m) {
 #pragma unroll
@@ -216,179 +258,120 @@ struct Unroll {
 #if defined(LOWBIT_GEMV_ALL) || defined(LOWBIT_GEMV_lowbit_gemv_w4_bf16_m1_kernel)
 extern "C" __global__ void __launch_bounds__(kWarps * kWarp)
 lowbit_gemv_w4_bf16_m1_kernel(const __nv_bfloat16* x_ptr, const int4* w_ptr, const __nv_bfloat16* s_ptr,
-    const unsigned char* z_ptr, __nv_bfloat16* y_ptr, int m_rows, int n, int chunks,
-    int groups, int group_shift, int has_zeros) {
-    LOWBIT_GEMV_BODY(__nv_bfloat16, 4, 1);
-}
+    const unsigned char* z_ptr, __nv_bfloat16* y_ptr, int m_rows, int n, int chunks, int groups, int group_shift,
+    int has_zeros) { LOWBIT_GEMV_BODY(__nv_bfloat16, 4, 1); }
 #endif
-
 #if defined(LOWBIT_GEMV_ALL) || defined(LOWBIT_GEMV_lowbit_gemv_w4_bf16_m2_kernel)
 extern "C" __global__ void __launch_bounds__(kWarps * kWarp)
 lowbit_gemv_w4_bf16_m2_kernel(const __nv_bfloat16* x_ptr, const int4* w_ptr, const __nv_bfloat16* s_ptr,
-    const unsigned char* z_ptr, __nv_bfloat16* y_ptr, int m_rows, int n, int chunks,
-    int groups, int group_shift, int has_zeros) {
-    LOWBIT_GEMV_BODY(__nv_bfloat16, 4, 2);
-}
+    const unsigned char* z_ptr, __nv_bfloat16* y_ptr, int m_rows, int n, int chunks, int groups, int group_shift,
+    int has_zeros) { LOWBIT_GEMV_BODY(__nv_bfloat16, 4, 2); }
 #endif
-
 #if defined(LOWBIT_GEMV_ALL) || defined(LOWBIT_GEMV_lowbit_gemv_w4_bf16_m4_kernel)
 extern "C" __global__ void __launch_bounds__(kWarps * kWarp)
 lowbit_gemv_w4_bf16_m4_kernel(const __nv_bfloat16* x_ptr, const int4* w_ptr, const __nv_bfloat16* s_ptr,
-    const unsigned char* z_ptr, __nv_bfloat16* y_ptr, int m_rows, int n, int chunks,
-    int groups, int group_shift, int has_zeros) {
-    LOWBIT_GEMV_BODY(__nv_bfloat16, 4, 4);
-}
+    const unsigned char* z_ptr, __nv_bfloat16* y_ptr, int m_rows, int n, int chunks, int groups, int group_shift,
+    int has_zeros) { LOWBIT_GEMV_BODY(__nv_bfloat16, 4, 4); }
 #endif
-
 #if defined(LOWBIT_GEMV_ALL) || defined(LOWBIT_GEMV_lowbit_gemv_w4_bf16_m8_kernel)
 extern "C" __global__ void __launch_bounds__(kWarps * kWarp)
 lowbit_gemv_w4_bf16_m8_kernel(const __nv_bfloat16* x_ptr, const int4* w_ptr, const __nv_bfloat16* s_ptr,
-    const unsigned char* z_ptr, __nv_bfloat16* y_ptr, int m_rows, int n, int chunks,
-    int groups, int group_shift, int has_zeros) {
-    LOWBIT_GEMV_BODY(__nv_bfloat16, 4, 8);
-}
+    const unsigned char* z_ptr, __nv_bfloat16* y_ptr, int m_rows, int n, int chunks, int groups, int group_shift,
+    int has_zeros) { LOWBIT_GEMV_BODY(__nv_bfloat16, 4, 8); }
 #endif
-
 #if defined(LOWBIT_GEMV_ALL) || defined(LOWBIT_GEMV_lowbit_gemv_w4_bf16_m16_kernel)
 extern "C" __global__ void __launch_bounds__(kWarps * kWarp)
 lowbit_gemv_w4_bf16_m16_kernel(const __nv_bfloat16* x_ptr, const int4* w_ptr, const __nv_bfloat16* s_ptr,
-    const unsigned char* z_ptr, __nv_bfloat16* y_ptr, int m_rows, int n, int chunks,
-    int groups, int group_shift, int has_zeros) {
-    LOWBIT_GEMV_BODY(__nv_bfloat16, 4, 16);
-}
+    const unsigned char* z_ptr, __nv_bfloat16* y_ptr, int m_rows, int n, int chunks, int groups, int group_shift,
+    int has_zeros) { LOWBIT_GEMV_BODY(__nv_bfloat16, 4, 16); }
 #endif
-
 #if defined(LOWBIT_GEMV_ALL) || defined(LOWBIT_GEMV_lowbit_gemv_w4_f16_m1_kernel)
 extern "C" __global__ void __launch_bounds__(kWarps * kWarp)
 lowbit_gemv_w4_f16_m1_kernel(const __half* x_ptr, const int4* w_ptr, const __half* s_ptr,
-    const unsigned char* z_ptr, __half* y_ptr, int m_rows, int n, int chunks,
-    int groups, int group_shift, int has_zeros) {
-    LOWBIT_GEMV_BODY(__half, 4, 1);
-}
+    const unsigned char* z_ptr, __half* y_ptr, int m_rows, int n, int chunks, int groups, int group_shift,
+    int has_zeros) { LOWBIT_GEMV_BODY(__half, 4, 1); }
 #endif
-
 #if defined(LOWBIT_GEMV_ALL) || defined(LOWBIT_GEMV_lowbit_gemv_w4_f16_m2_kernel)
 extern "C" __global__ void __launch_bounds__(kWarps * kWarp)
 lowbit_gemv_w4_f16_m2_kernel(const __half* x_ptr, const int4* w_ptr, const __half* s_ptr,
-    const unsigned char* z_ptr, __half* y_ptr, int m_rows, int n, int chunks,
-    int groups, int group_shift, int has_zeros) {
-    LOWBIT_GEMV_BODY(__half, 4, 2);
-}
+    const unsigned char* z_ptr, __half* y_ptr, int m_rows, int n, int chunks, int groups, int group_shift,
+    int has_zeros) { LOWBIT_GEMV_BODY(__half, 4, 2); }
 #endif
-
 #if defined(LOWBIT_GEMV_ALL) || defined(LOWBIT_GEMV_lowbit_gemv_w4_f16_m4_kernel)
 extern "C" __global__ void __launch_bounds__(kWarps * kWarp)
 lowbit_gemv_w4_f16_m4_kernel(const __half* x_ptr, const int4* w_ptr, const __half* s_ptr,
-    const unsigned char* z_ptr, __half* y_ptr, int m_rows, int n, int chunks,
-    int groups, int group_shift, int has_zeros) {
-    LOWBIT_GEMV_BODY(__half, 4, 4);
-}
+    const unsigned char* z_ptr, __half* y_ptr, int m_rows, int n, int chunks, int groups, int group_shift,
+    int has_zeros) { LOWBIT_GEMV_BODY(__half, 4, 4); }
 #endif
-
 #if defined(LOWBIT_GEMV_ALL) || defined(LOWBIT_GEMV_lowbit_gemv_w4_f16_m8_kernel)
 extern "C" __global__ void __launch_bounds__(kWarps * kWarp)
 lowbit_gemv_w4_f16_m8_kernel(const __half* x_ptr, const int4* w_ptr, const __half* s_ptr,
-    const unsigned char* z_ptr, __half* y_ptr, int m_rows, int n, int chunks,
-    int groups, int group_shift, int has_zeros) {
-    LOWBIT_GEMV_BODY(__half, 4, 8);
-}
+    const unsigned char* z_ptr, __half* y_ptr, int m_rows, int n, int chunks, int groups, int group_shift,
+    int has_zeros) { LOWBIT_GEMV_BODY(__half, 4, 8); }
 #endif
-
 #if defined(LOWBIT_GEMV_ALL) || defined(LOWBIT_GEMV_lowbit_gemv_w4_f16_m16_kernel)
 extern "C" __global__ void __launch_bounds__(kWarps * kWarp)
 lowbit_gemv_w4_f16_m16_kernel(const __half* x_ptr, const int4* w_ptr, const __half* s_ptr,
-    const unsigned char* z_ptr, __half* y_ptr, int m_rows, int n, int chunks,
-    int groups, int group_shift, int has_zeros) {
-    LOWBIT_GEMV_BODY(__half, 4, 16);
-}
+    const unsigned char* z_ptr, __half* y_ptr, int m_rows, int n, int chunks, int groups, int group_shift,
+    int has_zeros) { LOWBIT_GEMV_BODY(__half, 4, 16); }
 #endif
-
 #if defined(LOWBIT_GEMV_ALL) || defined(LOWBIT_GEMV_lowbit_gemv_w8_bf16_m1_kernel)
 extern "C" __global__ void __launch_bounds__(kWarps * kWarp)
 lowbit_gemv_w8_bf16_m1_kernel(const __nv_bfloat16* x_ptr, const int4* w_ptr, const __nv_bfloat16* s_ptr,
-    const unsigned char* z_ptr, __nv_bfloat16* y_ptr, int m_rows, int n, int chunks,
-    int groups, int group_shift, int has_zeros) {
-    LOWBIT_GEMV_BODY(__nv_bfloat16, 8, 1);
-}
+    const unsigned char* z_ptr, __nv_bfloat16* y_ptr, int m_rows, int n, int chunks, int groups, int group_shift,
+    int has_zeros) { LOWBIT_GEMV_BODY(__nv_bfloat16, 8, 1); }
 #endif
-
 #if defined(LOWBIT_GEMV_ALL) || defined(LOWBIT_GEMV_lowbit_gemv_w8_bf16_m2_kernel)
 extern "C" __global__ void __launch_bounds__(kWarps * kWarp)
 lowbit_gemv_w8_bf16_m2_kernel(const __nv_bfloat16* x_ptr, const int4* w_ptr, const __nv_bfloat16* s_ptr,
-    const unsigned char* z_ptr, __nv_bfloat16* y_ptr, int m_rows, int n, int chunks,
-    int groups, int group_shift, int has_zeros) {
-    LOWBIT_GEMV_BODY(__nv_bfloat16, 8, 2);
-}
+    const unsigned char* z_ptr, __nv_bfloat16* y_ptr, int m_rows, int n, int chunks, int groups, int group_shift,
+    int has_zeros) { LOWBIT_GEMV_BODY(__nv_bfloat16, 8, 2); }
 #endif
-
 #if defined(LOWBIT_GEMV_ALL) || defined(LOWBIT_GEMV_lowbit_gemv_w8_bf16_m4_kernel)
 extern "C" __global__ void __launch_bounds__(kWarps * kWarp)
 lowbit_gemv_w8_bf16_m4_kernel(const __nv_bfloat16* x_ptr, const int4* w_ptr, const __nv_bfloat16* s_ptr,
-    const unsigned char* z_ptr, __nv_bfloat16* y_ptr, int m_rows, int n, int chunks,
-    int groups, int group_shift, int has_zeros) {
-    LOWBIT_GEMV_BODY(__nv_bfloat16, 8, 4);
-}
+    const unsigned char* z_ptr, __nv_bfloat16* y_ptr, int m_rows, int n, int chunks, int groups, int group_shift,
+    int has_zeros) { LOWBIT_GEMV_BODY(__nv_bfloat16, 8, 4); }
 #endif
-
 #if defined(LOWBIT_GEMV_ALL) || defined(LOWBIT_GEMV_lowbit_gemv_w8_bf16_m8_kernel)
 extern "C" __global__ void __launch_bounds__(kWarps * kWarp)
 lowbit_gemv_w8_bf16_m8_kernel(const __nv_bfloat16* x_ptr, const int4* w_ptr, const __nv_bfloat16* s_ptr,
-    const unsigned char* z_ptr, __nv_bfloat16* y_ptr, int m_rows, int n, int chunks,
-    int groups, int group_shift, int has_zeros) {
-    LOWBIT_GEMV_BODY(__nv_bfloat16, 8, 8);
-}
+    const unsigned char* z_ptr, __nv_bfloat16* y_ptr, int m_rows, int n, int chunks, int groups, int group_shift,
+    int has_zeros) { LOWBIT_GEMV_BODY(__nv_bfloat16, 8, 8); }
 #endif
-
 #if defined(LOWBIT_GEMV_ALL) || defined(LOWBIT_GEMV_lowbit_gemv_w8_bf16_m16_kernel)
 extern "C" __global__ void __launch_bounds__(kWarps * kWarp)
 lowbit_gemv_w8_bf16_m16_kernel(const __nv_bfloat16* x_ptr, const int4* w_ptr, const __nv_bfloat16* s_ptr,
-    const unsigned char* z_ptr, __nv_bfloat16* y_ptr, int m_rows, int n, int chunks,
-    int groups, int group_shift, int has_zeros) {
-    LOWBIT_GEMV_BODY(__nv_bfloat16, 8, 16);
-}
+    const unsigned char* z_ptr, __nv_bfloat16* y_ptr, int m_rows, int n, int chunks, int groups, int group_shift,
+    int has_zeros) { LOWBIT_GEMV_BODY(__nv_bfloat16, 8, 16); }
 #endif
-
 #if defined(LOWBIT_GEMV_ALL) || defined(LOWBIT_GEMV_lowbit_gemv_w8_f16_m1_kernel)
 extern "C" __global__ void __launch_bounds__(kWarps * kWarp)
 lowbit_gemv_w8_f16_m1_kernel(const __half* x_ptr, const int4* w_ptr, const __half* s_ptr,
-    const unsigned char* z_ptr, __half* y_ptr, int m_rows, int n, int chunks,
-    int groups, int group_shift, int has_zeros) {
-    LOWBIT_GEMV_BODY(__half, 8, 1);
-}
+    const unsigned char* z_ptr, __half* y_ptr, int m_rows, int n, int chunks, int groups, int group_shift,
+    int has_zeros) { LOWBIT_GEMV_BODY(__half, 8, 1); }
 #endif
-
 #if defined(LOWBIT_GEMV_ALL) || defined(LOWBIT_GEMV_lowbit_gemv_w8_f16_m2_kernel)
 extern "C" __global__ void __launch_bounds__(kWarps * kWarp)
 lowbit_gemv_w8_f16_m2_kernel(const __half* x_ptr, const int4* w_ptr, const __half* s_ptr,
-    const unsigned char* z_ptr, __half* y_ptr, int m_rows, int n, int chunks,
-    int groups, int group_shift, int has_zeros) {
-    LOWBIT_GEMV_BODY(__half, 8, 2);
-}
+    const unsigned char* z_ptr, __half* y_ptr, int m_rows, int n, int chunks, int groups, int group_shift,
+    int has_zeros) { LOWBIT_GEMV_BODY(__half, 8, 2); }
 #endif
-
 #if defined(LOWBIT_GEMV_ALL) || defined(LOWBIT_GEMV_lowbit_gemv_w8_f16_m4_kernel)
 extern "C" __global__ void __launch_bounds__(kWarps * kWarp)
 lowbit_gemv_w8_f16_m4_kernel(const __half* x_ptr, const int4* w_ptr, const __half* s_ptr,
-    const unsigned char* z_ptr, __half* y_ptr, int m_rows, int n, int chunks,
-    int groups, int group_shift, int has_zeros) {
-    LOWBIT_GEMV_BODY(__half, 8, 4);
-}
+    const unsigned char* z_ptr, __half* y_ptr, int m_rows, int n, int chunks, int groups, int group_shift,
+    int has_zeros) { LOWBIT_GEMV_BODY(__half, 8, 4); }
 #endif
-
 #if defined(LOWBIT_GEMV_ALL) || defined(LOWBIT_GEMV_lowbit_gemv_w8_f16_m8_kernel)
 extern "C" __global__ void __launch_bounds__(kWarps * kWarp)
 lowbit_gemv_w8_f16_m8_kernel(const __half* x_ptr, const int4* w_ptr, const __half* s_ptr,
-    const unsigned char* z_ptr, __half* y_ptr, int m_rows, int n, int chunks,
-    int groups, int group_shift, int has_zeros) {
-    LOWBIT_GEMV_BODY(__half, 8, 8);
-}
+    const unsigned char* z_ptr, __half* y_ptr, int m_rows, int n, int chunks, int groups, int group_shift,
+    int has_zeros) { LOWBIT_GEMV_BODY(__half, 8, 8); }
 #endif
-
 #if defined(LOWBIT_GEMV_ALL) || defined(LOWBIT_GEMV_lowbit_gemv_w8_f16_m16_kernel)
 extern "C" __global__ void __launch_bounds__(kWarps * kWarp)
 lowbit_gemv_w8_f16_m16_kernel(const __half* x_ptr, const int4* w_ptr, const __half* s_ptr,
-    const unsigned char* z_ptr, __half* y_ptr, int m_rows, int n, int chunks,
-    int groups, int group_shift, int has_zeros) {
-    LOWBIT_GEMV_BODY(__half, 8, 16);
-}
+    const unsigned char* z_ptr, __half* y_ptr, int m_rows, int n, int chunks, int groups, int group_shift,
+    int has_zeros) { LOWBIT_GEMV_BODY(__half, 8, 16); }
 #endif
