@@ -91,6 +91,8 @@ def test_only_keeps_the_order_and_refuses_an_unknown_piece():
     done = _script("--plan", "--only", "check,matmul")
     assert done.returncode == 0, done.stderr
     assert "pieces in this order: matmul, check" in done.stdout
+    assert done.stdout.startswith("matmul (4, ~") and "\ncheck (8, ~" in done.stdout
+    assert "lowbit (" not in done.stdout  # the plan of the pieces asked for only
     refused = _script("--only", "matmul,flash")
     assert refused.returncode == 2
     assert "no piece named flash; pieces: " + ", ".join(PIECES) in refused.stderr
