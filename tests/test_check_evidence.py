@@ -93,3 +93,15 @@ def test_sanitize_runs_the_tool_asked_for_over_the_same_check():
     assert sanitize.errors_in("========= ERROR SUMMARY: 0 errors") == 0
     refused = CliRunner().invoke(app, ["check", "square", "--sanitize", "leakcheck"])
     assert refused.exit_code == 2 and "racecheck" in refused.output
+
+
+@pytest.mark.parametrize(("code", "errors", "exit_code", "words"), [
+    (0, 0, 0, "memcheck: no errors"),
+    (sanitize.ERROR_EXIT, 3, 1, "memcheck: 3 error(s)"),
+    (2, 0, 2, "no errors found, but the check under it exited 2"),  # e.g. an unknown impl: the check's own usage error
+])
+def test_sanitize_tells_the_tools_errors_from_the_checks_own_failure(monkeypatch, code, errors, exit_code, words):
+    monkeypatch.setattr(sanitize, "run", lambda args, tool: sanitize.SanitizerRun(code, errors, "the check's output"))
+    done = CliRunner().invoke(app, ["check", "square", "--sanitize", "memcheck"])
+    assert done.exit_code == exit_code, done.output
+    assert words in " ".join(done.output.split())

@@ -157,3 +157,16 @@ def test_a_worker_can_become_a_child_subreaper_on_linux():
     probe = "from kernelkit import hygiene; import sys; sys.exit(0 if hygiene.become_subreaper() else 3)"
     done = subprocess.run([sys.executable, "-c", probe], timeout=60)
     assert done.returncode == (0 if sys.platform.startswith("linux") else 3)
+
+
+def test_a_variable_left_empty_where_it_was_unset_is_unset_again_but_a_value_is_a_change(monkeypatch):
+    # GPU MODE's DeterministicContext saves os.environ.get(key, "") and writes it back: "" where nothing was set.
+    monkeypatch.delenv("KK_EMPTIED", raising=False)
+    monkeypatch.delenv("KK_SET", raising=False)
+    monkeypatch.setenv("KK_WAS_EMPTY", "")
+    before = hygiene.snapshot("cpu")
+    monkeypatch.setenv("KK_EMPTIED", "")
+    monkeypatch.setenv("KK_SET", "1")
+    hygiene.restore_emptied(before)
+    assert "KK_EMPTIED" not in os.environ and os.environ["KK_WAS_EMPTY"] == ""
+    assert hygiene.changes(before, hygiene.snapshot("cpu")) == ["KK_SET=1"]

@@ -74,6 +74,17 @@ def snapshot(device: str, kept: int = 0) -> Snapshot:
     return Snapshot(cwd, dict(os.environ), switches, threads, memory, gpu, sorted({*group_members(), *children()}))
 
 
+def restore_emptied(before: Snapshot) -> None:
+    """Unset again each variable that was unset before the job and is now the empty string.
+
+    ``saved = os.environ.get(key, ""); ...; os.environ[key] = saved`` is how a context manager "restores" a variable
+    that was not set (GPU MODE's DeterministicContext does it with CUBLAS_WORKSPACE_CONFIG in every reference call);
+    every reader of the environment takes "" as not set, so it is not a change worth a new worker (seen on an H200:
+    each case of a GPU MODE task replaced its worker, 153 s to check vectoradd's 10 specs)."""
+    for key in [k for k, v in os.environ.items() if v == "" and k not in before.env]:
+        del os.environ[key]
+
+
 def changes(before: Snapshot, after: Snapshot) -> list[str]:
     """What differs, one short phrase each (empty when the process is as it was)."""
     found = []

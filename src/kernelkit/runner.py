@@ -361,6 +361,7 @@ def _serve(conn: multiprocessing.connection.Connection, device: str, log_path: s
         lost = poisoned(result, backends.cuda_context_lost if device == "cuda" else None)
         _send(conn, result)
         del result  # before the snapshot: a result may be large (a strict check's outputs, as bytes)
+        hygiene.restore_emptied(before)
         changed = hygiene.changes(before, hygiene.snapshot(device, kept_bytes(device)))
         if any("memory held" in change for change in changed):  # maybe only garbage in a reference cycle
             gc.collect()

@@ -239,9 +239,15 @@ def _sanitized(tool: str) -> int:
     except KernelkitError as exc:
         raise fail(exc, EXIT_USAGE) from None
     out.print(done.output[-6000:], highlight=False, markup=False)
-    verdict = "no errors" if done.ok else f"{done.errors} error(s)"
-    out.print(f"compute-sanitizer {tool}: {verdict}", highlight=False)
-    return 0 if done.ok else EXIT_FAILED
+    if done.errors or done.returncode == sanitize.ERROR_EXIT:
+        out.print(f"compute-sanitizer {tool}: {done.errors} error(s)", highlight=False)
+        return EXIT_FAILED
+    if done.returncode:  # no sanitizer error: the check under it failed on its own (its exit code, its reason above)
+        out.print(f"compute-sanitizer {tool}: no errors found, but the check under it exited {done.returncode} "
+                  "(its own message is above)", highlight=False)
+        return done.returncode if 0 < done.returncode < 128 else EXIT_FAILED
+    out.print(f"compute-sanitizer {tool}: no errors", highlight=False)
+    return 0
 
 
 def _exit_code(report: RunReport, strict: bool) -> int:
