@@ -74,7 +74,7 @@ def test_unrolled_configs_keep_a_step_of_1024_words_and_split_ones_zero_their_wo
         assert (config.pre_hook is None) == (config.kwargs["SPLIT_K"] == 1)
     assert unrolled.UNROLLED_MIN_BLOCK_N == 4
     # a split is whole steps of UNROLL tiles: 4096 int4 codes (512 words) at kw64 x 4 in 4 splits are 2 steps of 128
-    assert unrolled.words_per_split(512, 64 * unrolled.UNROLL, 4) == 256
+    assert unrolled.words_per_split(512, 64 * unrolled.UNROLL_TILES, 4) == 256
 
 
 # ---- where each impl applies --------------------------------------------------------------------------------

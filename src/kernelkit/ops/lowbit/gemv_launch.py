@@ -131,7 +131,7 @@ def triton_unrolled(p: Problem) -> torch.Tensor:
     kwords = p.packed.shape[1]
 
     def grid(meta: dict) -> tuple[int, int, int]:
-        per_split = kernels.words_per_split(kwords, meta["BLOCK_KW"] * kernels.UNROLL, meta["SPLIT_K"])
+        per_split = kernels.words_per_split(kwords, meta["BLOCK_KW"] * kernels.UNROLL_TILES, meta["SPLIT_K"])
         return s.m, cdiv(s.n, meta["BLOCK_N"]), cdiv(kwords, per_split)
 
     kernels.lowbit_gemv_unrolled_kernel[grid](
