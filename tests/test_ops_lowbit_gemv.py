@@ -77,6 +77,20 @@ def test_unrolled_configs_keep_a_step_of_1024_words_and_split_ones_zero_their_wo
     assert unrolled.words_per_split(512, 64 * unrolled.UNROLL_TILES, 4) == 256
 
 
+def test_unrolled_gemv_compiles_for_sm_90_without_spills() -> None:
+    # The interpreter runs what a GPU build may refuse (a global read inside the kernel) and cannot show spills:
+    # the int4 g128 kernel at its first config, compiled in a child process (~5-10 s).
+    from kernelkit.profiling.asm import report_for
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("TRITON_INTERPRET", "1")  # as in a CPU run: the child compiles all the same
+        report = report_for("linear_w4", "triton_gemv_unrolled", arch="sm_90", size=(1, 4096, 4096),
+                            dtype=torch.bfloat16, config=0, ir="ptx")
+    (kernel,) = report.kernels
+    assert kernel.name == "lowbit_gemv_unrolled_kernel" and ".target sm_90" in kernel.listings["ptx"]
+    assert kernel.resources.spill_stores == 0 and kernel.resources.spill_loads == 0
+
+
 # ---- where each impl applies --------------------------------------------------------------------------------
 
 
