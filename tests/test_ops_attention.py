@@ -133,7 +133,8 @@ def _check_on_cpu(name: str) -> list:
 @pytest.mark.parametrize("name", FORWARD_OPS)
 def test_every_forward_impl_on_cpu(name: str, cpu_process: None) -> None:
     assert {r.impl for r in _check_on_cpu(name)} == {"eager_naive", "triton_online", "triton_flash", "triton_flash_tma",
-                                                      "eager_sdpa_flash", "eager_sdpa_cudnn", "eager_sdpa_efficient"}
+                                                      "triton_flash_ws", "eager_sdpa_flash", "eager_sdpa_cudnn",
+                                                      "eager_sdpa_efficient"}
 
 
 @pytest.mark.parametrize("name", BACKWARD_OPS)
@@ -195,7 +196,8 @@ def test_flops_count_causal_as_half_and_backward_as_two_and_a_half() -> None:
 @pytest.mark.parametrize("name", WITH_LSE_OPS)
 def test_every_training_forward_impl_saves_the_right_lse_on_cpu(name: str, cpu_process: None) -> None:
     report = kk.check(name, device="cpu", isolate=False, dtypes=[torch.float32])  # fp32: lse checked to 1e-5
-    assert {r.impl for r in report.results} == {"eager_naive", "triton_online", "triton_flash", "triton_flash_tma"}
+    assert {r.impl for r in report.results} == {"eager_naive", "triton_online", "triton_flash", "triton_flash_tma",
+                                                "triton_flash_ws"}
     assert_statuses(report, _expected_on("cpu"), PLANTED)
     q, k, v = attention_module.forward_inputs((1, 2, 9, 16), torch.float16, CPU, 0)
     o, lse = attention_module.__dict__[name].reference(q, k, v)

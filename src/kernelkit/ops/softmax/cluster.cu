@@ -5,8 +5,8 @@
 // The row is cut into kClusterSize equal slices of whole 16-byte vectors, one per CTA of the cluster. Each CTA:
 //   1. loads its slice once into registers (16-byte loads; each thread holds up to kClusterCache values as fp32),
 //   2. reduces its slice's max m_r and sum s_r = sum exp(x - m_r) (warp shuffles, then shared memory),
-//   3. publishes (m_r, s_r) in its shared memory; after cluster.sync() every thread reads the kClusterSize partials
-//      through distributed shared memory (cluster.map_shared_rank) and merges them: M = max m_r,
+//   3. publishes (m_r, s_r) in its shared memory; after a cluster barrier every thread reads the kClusterSize partials
+//      through distributed shared memory (mapa + ld.shared::cluster) and merges them: M = max m_r,
 //      S = sum s_r * exp(m_r - M),
 //   4. scales its registers by exp(m_r - M) / S and stores them (16-byte stores),
 //   5. leaves only once every CTA of the cluster has read the partials (a split barrier: arrive after the reads,
@@ -22,11 +22,8 @@
 //
 // This file stands alone (no include of cuda.cu, which defines its own kernels): the few helpers it needs are here.
 
-#include <cooperative_groups.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
-
-namespace cg = cooperative_groups;
 
 constexpr int kMaxThreads = 1024;
 constexpr int kWarpSize = 32;
@@ -47,6 +44,35 @@ constexpr float kLog2e = 1.4426950408889634f;
 #endif
 
 __device__ __forceinline__ float neg_inf() { return __int_as_float(0xff800000); }
+
+// The cluster's special registers, barrier and distributed shared memory in PTX (what cooperative_groups'
+// cluster_group wraps): cooperative_groups includes libcu++ headers (cuda/std/...) that a runtime compile does not
+// always find (NVRTC on the CUDA 13 image, seen on an H200: "cannot open source file cuda/std/type_traits").
+#if SOFTMAX_HAS_CLUSTERS
+__device__ __forceinline__ unsigned cluster_rank() {
+    unsigned r;
+    asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+    return r;
+}
+__device__ __forceinline__ unsigned cluster_blocks() {
+    unsigned r;
+    asm volatile("mov.u32 %0, %%cluster_nctarank;" : "=r"(r));
+    return r;
+}
+// Every thread of every CTA calls both (.aligned): arrive publishes this CTA's shared-memory writes (release),
+// wait returns once all CTAs arrived and makes theirs visible (acquire).
+__device__ __forceinline__ void cluster_arrive() { asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory"); }
+__device__ __forceinline__ void cluster_wait() { asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory"); }
+// (m, s) from CTA ``rank``'s shared memory at the address ``local`` has in this CTA's.
+__device__ __forceinline__ float2 load_cluster_partial(const float2* local, unsigned rank) {
+    const unsigned addr = static_cast<unsigned>(__cvta_generic_to_shared(local));
+    unsigned remote;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(addr), "r"(rank));
+    float2 p;
+    asm volatile("ld.shared::cluster.v2.f32 {%0, %1}, [%2];" : "=f"(p.x), "=f"(p.y) : "r"(remote) : "memory");
+    return p;
+}
+#endif
 
 // exp(d) as one multiply and the SFU's exp2: exp2(-inf) = 0 and exp2(NaN) = NaN, as the -inf rules above need.
 __device__ __forceinline__ float exp_f(float d) { return exp2f(d * kLog2e); }
@@ -111,11 +137,10 @@ __device__ __forceinline__ void softmax_cluster_row(const T* __restrict__ x_ptr,
 #if SOFTMAX_HAS_CLUSTERS
     constexpr int kVec = 16 / sizeof(T);
     constexpr int kItems = kClusterCache / kVec;
-    cg::cluster_group cluster = cg::this_cluster();
     // A launch without the cluster attribute would make every CTA a cluster of one: its reads of other ranks'
     // shared memory would be invalid. Stop loudly instead.
-    if (cluster.num_blocks() != CLUSTER) __trap();
-    const int rank = (int)cluster.block_rank();
+    if (cluster_blocks() != CLUSTER) __trap();
+    const int rank = (int)cluster_rank();
     const int tid = threadIdx.x, threads = blockDim.x;
     const long long row = blockIdx.x / CLUSTER;
     const int n_vecs = n_cols / kVec;
@@ -153,19 +178,20 @@ __device__ __forceinline__ void softmax_cluster_row(const T* __restrict__ x_ptr,
 
     __shared__ float2 cta_partial;  // (m_r, s_r), read by every CTA of the cluster
     if (threadIdx.x == 0) cta_partial = make_float2(cta_max, cta_sum);
-    cluster.sync();  // every CTA's partial is written and visible to the cluster
+    cluster_arrive();
+    cluster_wait();  // every CTA's partial is written and visible to the cluster
+    float2 partial[CLUSTER];
+#pragma unroll
+    for (int r = 0; r < CLUSTER; ++r) partial[r] = load_cluster_partial(&cta_partial, r);
     float row_max = neg_inf();
 #pragma unroll
-    for (int r = 0; r < CLUSTER; ++r) row_max = fmaxf(row_max, cluster.map_shared_rank(&cta_partial, r)->x);
+    for (int r = 0; r < CLUSTER; ++r) row_max = fmaxf(row_max, partial[r].x);
     float row_sum = 0.f;
 #pragma unroll
-    for (int r = 0; r < CLUSTER; ++r) {
-        const float2 p = *cluster.map_shared_rank(&cta_partial, r);
-        row_sum += p.y * exp_f(p.x - row_max);  // an empty or all -inf slice adds 0 * 0
-    }
+    for (int r = 0; r < CLUSTER; ++r) row_sum += partial[r].y * exp_f(partial[r].x - row_max);  // empty: 0 * 0
     // Done with the other CTAs' shared memory: say so now, wait only before leaving, so the stores below do not
     // wait for the slowest CTA of the cluster to read.
-    cluster.barrier_arrive();
+    cluster_arrive();
     const float scale = exp_f(cta_max - row_max) / row_sum;
 #pragma unroll
     for (int k = 0; k < kItems; ++k) {
@@ -176,7 +202,7 @@ __device__ __forceinline__ void softmax_cluster_row(const T* __restrict__ x_ptr,
             store_vec<T, kVec>(y + item * kVec, v[k]);
         }
     }
-    cluster.barrier_wait();  // no CTA leaves (freeing its shared memory) while another may still read its partial
+    cluster_wait();  // no CTA leaves (freeing its shared memory) while another may still read its partial
 #else
     __trap();
 #endif
