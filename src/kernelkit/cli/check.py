@@ -77,7 +77,7 @@ def ops_command(
     short = lambda dtypes: ", ".join(SHORT_DTYPES.get(d, d) for d in dtypes)
     table = Table(title="built-in ops" if name is None else f"{name}: {ops[0]['description']}", title_justify="left")
     for column in ("op", "impl", "backend", "dtypes", "what it is"):
-        table.add_column(column, overflow="fold", max_width=34 if column == "what it is" else None)  # 120 columns
+        table.add_column(column, overflow="fold", max_width=30 if column == "what it is" else None)  # 120 columns
     for op in ops:
         for impl in op["impls"]:  # the registered impls, then the `compile` baseline
             table.add_row(op["name"], impl["name"], impl["backend"], short(impl["dtypes"]), impl["description"])
