@@ -159,3 +159,43 @@ def test_pick_defaults_to_the_first_dtype_the_impl_supports_and_reads_strings():
     assert pick(twice, "eager_fp32", (), None, "cpu")[1] == ()  # a 0-d size is a size, not "no size"
     with pytest.raises(LoadError, match="its impls: eager_fp32, compile"):
         pick(twice, "nope", None, None, "cpu")
+
+
+# ---- an Op as a target ----------------------------------------------------------------------------------------
+
+
+def test_an_op_is_checked_from_the_file_that_defines_it_and_a_built_in_op_by_its_name(tmp_path):
+    import importlib.util
+
+    import kernelkit as kk
+    from kernelkit.ops import softmax
+
+    path = write(tmp_path, "user_op.py", """
+        import torch
+        import kernelkit as kk
+
+        @kk.op(sizes=[(8, 8)], cpu_sizes=[(8, 8)], dtypes=[torch.float32])
+        def twice(x):
+            return x + x
+
+        @twice.impl("eager_mul")
+        def mul(x):
+            return x * 2
+    """)
+    spec = importlib.util.spec_from_file_location("user_op", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)  # as the user's own script has it: an Op object, defined in that file
+    assert targets.target_text(module.twice) == str(path.resolve())
+    assert targets.target_text(softmax.softmax) == "softmax"
+    report = kk.check(module.twice, device="cpu", strict=False, isolate=False)
+    assert [(r.impl, r.status.value) for r in report.results] == [("eager_mul", "PASSED")]
+
+
+def test_an_op_made_outside_a_file_or_a_target_of_another_kind_is_refused_with_the_fix():
+    namespace: dict = {}
+    exec("import torch, kernelkit as kk\n@kk.op(sizes=[(4,)], dtypes=[torch.float32])\ndef cell(x):\n    return x\n",
+         namespace)
+    with pytest.raises(SpecError, match="not defined in a .py file .* put it in one and pass the file's path"):
+        targets.target_text(namespace["cell"])
+    with pytest.raises(SpecError, match="not a int"):
+        open_target(3)

@@ -19,6 +19,7 @@ is the target's source, loaded by workers like any other.
 
 from __future__ import annotations
 
+import inspect
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -105,13 +106,38 @@ class Target:
         return CaseSetup(op, chosen, case_size, case_dtype, self.device, inputs, self.source)
 
 
-def open_target(target: str, device: str | None = None, solution: str | None = None) -> Target:
+TargetLike = str | os.PathLike | Op  # what kk.check, kk.bench_op and open_target take as a target
+
+
+def target_text(target: TargetLike) -> str:
+    """``target`` as the runs name it: a name or path as text; an ``Op`` as its built-in name, or the .py file that
+    defines it (workers load ops from files: every op of that file runs). SpecError for an op made outside a file
+    (a notebook cell, the REPL) or anything else."""
+    if isinstance(target, str | os.PathLike):
+        return os.fspath(target)
+    if not isinstance(target, Op):
+        raise SpecError(f"a target is a built-in op name, a path or an Op, not a {type(target).__name__}")
+    if target.name in BUILTIN_OPS and getattr(target.reference, "__module__", "").startswith("kernelkit."):
+        return target.name
+    try:
+        path = inspect.getsourcefile(target.reference)
+    except TypeError:
+        path = None
+    if path is None or not Path(path).is_file():
+        raise SpecError(f"op {target.name!r} was not defined in a .py file (a notebook cell or the REPL?): "
+                        "workers load ops from files; put it in one and pass the file's path")
+    return str(Path(path).resolve())
+
+
+def open_target(target: TargetLike, device: str | None = None, solution: str | None = None) -> Target:
     """Prepare this process for ``device`` (default: cuda when a GPU is visible), then load ``target``: a
-    built-in op name, a .py file of ops, a KernelBench problem file or level folder, or a GPU MODE task folder.
+    built-in op name, a .py file of ops, a KernelBench problem file or level folder, a GPU MODE task folder, or an
+    ``Op`` (see ``target_text``).
 
     solution: a problem's ModelNew file, a level's folder of solutions (matched by file name), or a task's
     submission file (default: the task's submission.py); a problem without one runs its reference as the solution.
     LoadError for an unknown name, a missing file or one that fails to import; SpecError for a bad device."""
+    target = target_text(target)
     dev = resolve_device(device)
     backends.prepare_process(dev)  # before the target's file can import triton or numba
     source, kind = resolve_problem(target, solution)

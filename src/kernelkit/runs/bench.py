@@ -35,7 +35,7 @@ from kernelkit.runner import DEFAULT_TIMEOUT, OnPhase, Worker
 from kernelkit.runs import early, strict_bench
 from kernelkit.scale import GpuSpec, Spread
 from kernelkit.spec import BASELINES, Case, Op, Size, dtype_name, parse_dtype, size_labeller
-from kernelkit.target import make_cases, open_target
+from kernelkit.target import TargetLike, make_cases, open_target, target_text
 
 OnBenchResult = Callable[[BenchResult], None]
 # A KernelBench problem's or GPU MODE task's impl that is its reference as written (the Model built again,
@@ -63,7 +63,7 @@ class SweepReport:
 
 
 def bench_op(
-    target: str,
+    target: TargetLike,
     *,
     impls: Sequence[str] = (),
     sizes: Sequence[Size] = (),
@@ -104,6 +104,7 @@ def bench_op(
     since a stored run may become a comparison's baseline, unless it is spread over GPUs or a Ray cluster (strict
     mode times on one worker; ask for it and it is refused there).
     """
+    target = target_text(target)
     if strict is not False:
         from kernelkit.runs.strict import seal_builtin_ops
 

@@ -28,7 +28,7 @@ from kernelkit.results import OnResult, RunReport
 from kernelkit.runner import DEFAULT_TIMEOUT, OnPhase, Worker
 from kernelkit.runs import early
 from kernelkit.spec import Case, Size, size_labeller
-from kernelkit.target import open_target
+from kernelkit.target import TargetLike, open_target, target_text
 
 if TYPE_CHECKING:
     from kernelkit.runs.strict import StrictChecker
@@ -43,7 +43,7 @@ def plan(target: str, *, impls: Sequence[str] = (), device: str | None = None, s
 
 
 def check(
-    target: str,
+    target: TargetLike,
     *,
     impls: Sequence[str] = (),
     device: str | None = None,
@@ -63,7 +63,7 @@ def check(
     save_failing: str | Path | None = None,
 ) -> RunReport:
     """Check every case of ``target`` (a built-in op name, a .py file, a KernelBench problem or level folder, a
-    GPU MODE task folder; ``solution``: see target.open_target) against its reference.
+    GPU MODE task folder, an Op; ``solution``: see target.open_target) against its reference.
 
     Each case runs in a worker process with a per-case ``timeout`` in seconds; see README for the tolerance rule.
     gpus ('all', 2, '0,1'): the cases spread over one worker per GPU; ray ('auto', 'local', an address): over a
@@ -77,6 +77,7 @@ def check(
     on_phase: told what the worker does now ("square: cuda_vec4: building its kernels"), for progress; on_plan:
     told once, before anything runs, how many cases there are.
     """
+    target = target_text(target)
     strict_on, path = judging(strict, spread=gpus is not None or ray is not None)
     if strict_on:
         from kernelkit.runs.strict import seal_builtin_ops
