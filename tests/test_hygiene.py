@@ -170,3 +170,12 @@ def test_a_variable_left_empty_where_it_was_unset_is_unset_again_but_a_value_is_
     hygiene.restore_emptied(before)
     assert "KK_EMPTIED" not in os.environ and os.environ["KK_WAS_EMPTY"] == ""
     assert hygiene.changes(before, hygiene.snapshot("cpu")) == ["KK_SET=1"]
+
+
+def test_spawn_without_main_hides_the_main_script_only_inside_the_block():
+    import __main__
+
+    before = {name: __main__.__dict__.get(name, "absent") for name in ("__file__", "__spec__")}
+    with hygiene.spawn_without_main():
+        assert getattr(__main__, "__file__", None) is None and getattr(__main__, "__spec__", None) is None
+    assert {name: __main__.__dict__.get(name, "absent") for name in ("__file__", "__spec__")} == before

@@ -204,3 +204,14 @@ def test_after_a_sticky_cuda_error_the_next_case_runs_in_a_fresh_worker(tmp_path
         assert "the worker was replaced" in " ".join(got["eager_illegal_access"].warnings)
     poisoned_in, after_in = _workers(tmp_path, "eager_illegal_access"), _workers(tmp_path, "eager_after")
     assert poisoned_in and after_in and not poisoned_in & after_in
+
+
+def test_a_script_without_a_main_guard_runs_once_and_its_check_passes(tmp_path):
+    # multiprocessing's spawn would import the script again in each worker, where its kk.check fails.
+    script = tmp_path / "no_guard.py"
+    script.write_text("import kernelkit as kk\nreport = kk.check('square', impls=['eager'], device='cpu', "
+                      "strict=False)\nprint('ran', len(report.results), report.ok)\n")
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.count("ran ") == 1 and "True" in done.stdout, done.stdout
+    assert "bootstrapping" not in done.stderr, done.stderr[-2000:]

@@ -22,6 +22,7 @@ import os
 import signal
 import sys
 import threading
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -72,6 +73,31 @@ def snapshot(device: str, kept: int = 0) -> Snapshot:
     threads = {t.ident or 0: t.name for t in threading.enumerate() if not library_thread(t)}
     memory = resident_bytes() - (kept if device == "cpu" else 0)
     return Snapshot(cwd, dict(os.environ), switches, threads, memory, gpu, sorted({*group_members(), *children()}))
+
+
+_MAIN_LOCK = threading.Lock()
+
+
+@contextlib.contextmanager
+def spawn_without_main() -> Iterator[None]:
+    """Start spawned processes inside this block without the parent's ``__main__`` module.
+
+    multiprocessing's spawn imports the parent's main script again in the child (as ``__mp_main__``), for objects
+    defined there; a worker needs none (its target and every job come from kernelkit or from the user's file, loaded
+    by path), and a script that calls kk.check without an ``if __name__ == "__main__":`` guard would run again in
+    each worker, up to its own kk.check, which fails there. While the block runs, ``__main__`` shows no file and no
+    spec, which is what spawn reads to decide; a lock keeps threads that start workers together from restoring each
+    other's view."""
+    main = sys.modules.get("__main__")
+    with _MAIN_LOCK:
+        saved = {name: main.__dict__[name] for name in ("__file__", "__spec__") if main and name in main.__dict__}
+        try:
+            for name in saved:
+                setattr(main, name, None) if name == "__spec__" else delattr(main, name)
+            yield
+        finally:
+            for name, value in saved.items():
+                setattr(main, name, value)
 
 
 def restore_emptied(before: Snapshot) -> None:

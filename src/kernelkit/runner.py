@@ -188,7 +188,8 @@ class Worker:
         parent, child = ctx.Pipe()
         self.process = ctx.Process(target=_worker_main, args=(child, self.device, str(self.log_path), self.env),
                                    daemon=True)
-        self.process.start()
+        with hygiene.spawn_without_main():  # a user's script without a __main__ guard is not run again there
+            self.process.start()
         child.close()
         self.conn = parent
         if self._wait(STARTUP_TIMEOUT) and parent.poll():
