@@ -37,6 +37,7 @@ import triton.language as tl
 from kernelkit.backends.triton import do_bench, interpreting
 from kernelkit.errors import BackendUnavailable
 from kernelkit.ops.attention import launch
+from kernelkit.ops.attention.triton import _query_block, _softmax_step
 
 LOG2E = 1.4426950408889634  # exp(x) = exp2(x · log2(e)): log2(e) is folded into the softmax scale
 # (BLOCK_M, BLOCK_N, num_warps, num_stages, warp-specialized). A 128-row query tile is two 64-row wgmma tiles;
@@ -80,32 +81,20 @@ def _prune(configs: list[triton.Config], named_args: dict, **kwargs: Any) -> lis
 def _ws_steps(acc, l_i, m_i, q, k_desc, v_desc, kv_row, rows, start, end, seq, qk_scale,
               BLOCK_N: tl.constexpr, CAUSAL_MASK: tl.constexpr, BOUNDS_MASK: tl.constexpr,
               WARP_SPECIALIZE: tl.constexpr):
-    # Keys [start, end) in BLOCK_N steps for the resident query tile q, the tutorial's loop body: scores in the
-    # log2 domain (qk_scale holds log2(e)); masks are compile-time, so the off-diagonal steps carry none; the
-    # running sum is updated last (its old value need not stay live across the second product).
+    # Keys [start, end) in BLOCK_N steps for the resident query tile q, the tutorial's loop body around
+    # triton.py's online-softmax step (scores in the log2 domain; masks compile-time, so the off-diagonal steps
+    # carry none).
     offs_n = tl.arange(0, BLOCK_N)
     for start_n in tl.range(start, end, BLOCK_N, warp_specialize=WARP_SPECIALIZE):
         start_n = tl.multiple_of(start_n, BLOCK_N)
         k = k_desc.load([kv_row + start_n, 0]).T
         s = tl.dot(q, k)
-        if CAUSAL_MASK or BOUNDS_MASK:
-            cols = start_n + offs_n
-            if CAUSAL_MASK:
-                keep = rows[:, None] >= cols[None, :]  # rows in range see keys <= row < seq
-            else:
-                keep = cols[None, :] < seq  # rows past this head's keys are the next head's: finite, dropped
-            s = tl.where(keep, s * qk_scale, float("-inf"))
-            m_new = tl.maximum(m_i, tl.max(s, 1))
-            p = tl.math.exp2(s - m_new[:, None])
-        else:
-            m_new = tl.maximum(m_i, tl.max(s, 1) * qk_scale)
-            p = tl.math.exp2(s * qk_scale - m_new[:, None])
-        alpha = tl.math.exp2(m_i - m_new)
-        l_ij = tl.sum(p, 1)
+        p, alpha, l_new, m_new = _softmax_step(s, l_i, m_i, rows, start_n + offs_n, seq, qk_scale, CAUSAL_MASK,
+                                               BOUNDS_MASK)
         acc = acc * alpha[:, None]
         v = v_desc.load([kv_row + start_n, 0])
         acc = tl.dot(p.to(v.dtype), v, acc)
-        l_i = l_i * alpha + l_ij
+        l_i = l_new
         m_i = m_new
     return acc, l_i, m_i
 
@@ -121,10 +110,7 @@ def attention_flash_ws_kernel(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, n_batch, n_he
     # matrices of B·H·S and B·H_kv·S rows. Reads q once and K/V once per query block (from L2 for all but the
     # first program of a head: the query block is the fastest grid axis); writes o and lse.
     tl.static_assert(BLOCK_M % BLOCK_N == 0)
-    if CAUSAL:
-        pid_m = tl.num_programs(0) - 1 - tl.program_id(0)  # the longest rows first: no tail at the end
-    else:
-        pid_m = tl.program_id(0)
+    pid_m = _query_block(CAUSAL)  # causal: the longest rows first, no tail at the end
     pid_bh = tl.program_id(1)
     batch = pid_bh // n_heads
     kv_row = (batch * n_kv_heads + (pid_bh % n_heads) // (n_heads // n_kv_heads)) * seq
