@@ -92,8 +92,9 @@ def spawn_without_main() -> Iterator[None]:
     with _MAIN_LOCK:
         saved = {name: main.__dict__[name] for name in ("__file__", "__spec__") if main and name in main.__dict__}
         try:
-            for name in saved:
-                setattr(main, name, None) if name == "__spec__" else delattr(main, name)
+            main.__dict__.pop("__file__", None)
+            if "__spec__" in saved:
+                main.__spec__ = None
             yield
         finally:
             for name, value in saved.items():

@@ -18,7 +18,7 @@ import torch
 from kernelkit.backends.cuda import CudaKernel, cuda_kernel
 from kernelkit.backends.lazy import kernel_module
 from kernelkit.errors import BackendUnavailable
-from kernelkit.ops.lowbit.launch import Problem, cdiv
+from kernelkit.ops.lowbit.launch import Problem, cdiv, gemv_rows
 
 unrolled_kernels = kernel_module("kernelkit.ops.lowbit", "triton_gemv_unrolled")
 
@@ -118,23 +118,10 @@ def unrolled_unsupported(p: Problem) -> str | None:
 
 def triton_unrolled(p: Problem) -> torch.Tensor:
     """y (M, N): lowbit_gemv_unrolled_kernel, one row of programs per row of x, K split as the autotuned config
-    says; the split path's fp32 sums and counters are this call's own buffer, zeroed by the config's pre-hook."""
+    says (launch.gemv_rows)."""
     reason = unrolled_unsupported(p)
     if reason is not None:
         raise BackendUnavailable(reason)
-    s = p.shape
-    y = torch.empty((s.m, s.n), dtype=p.x.dtype, device=p.x.device)
     kernels = unrolled_kernels.load()
-    # int32: (M, N) fp32 sums as bits, then one counter per (row of x, block of rows) at the least BLOCK_N
-    workspace = torch.empty(s.m * (s.n + cdiv(s.n, kernels.UNROLLED_MIN_BLOCK_N)), dtype=torch.int32,
-                            device=p.x.device)
-    kwords = p.packed.shape[1]
-
-    def grid(meta: dict) -> tuple[int, int, int]:
-        per_split = kernels.words_per_split(kwords, meta["BLOCK_KW"] * kernels.UNROLL_TILES, meta["SPLIT_K"])
-        return s.m, cdiv(s.n, meta["BLOCK_N"]), cdiv(kwords, per_split)
-
-    kernels.lowbit_gemv_unrolled_kernel[grid](
-        p.x, p.packed, p.scales, p.zeros_arg, y, workspace, s.n, s.k, kwords, p.x.stride(0), p.packed.stride(0),
-        p.scales.stride(0), y.stride(0), **p.common())
-    return y
+    return gemv_rows(p, kernels.lowbit_gemv_unrolled_kernel, kernels.UNROLLED_MIN_BLOCK_N, kernels.words_per_split,
+                     tiles=kernels.UNROLL_TILES)

@@ -8,7 +8,9 @@ to be re-measured on the GPU (``scripts/gpu-lowbit`` prints every kernel at ever
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -108,23 +110,29 @@ def _sm_count(device: torch.device) -> int:
 
 def gemv(p: Problem) -> torch.Tensor:
     """y (M, N): lowbit_gemv_kernel (triton_gemv.py), one row of programs per row of x, K split over up to
-    SPLIT_K programs as the autotuned config says. The split path's fp32 sums and counters are a buffer of this
-    call (never shared with another call, on any stream or device), zeroed by the split configs' pre-hook."""
+    SPLIT_K programs as the autotuned config says."""
+    kernels = triton_gemv_kernels.load()
+    return gemv_rows(p, kernels.lowbit_gemv_kernel, kernels.GEMV_MIN_BLOCK_N, kernels.words_per_split, tiles=1)
+
+
+def gemv_rows(p: Problem, kernel: Any, min_block_n: int, words_per_split: Callable[[int, int, int], int],
+              tiles: int) -> torch.Tensor:
+    """y (M, N) from a GEMV kernel whose programs are (row of x, block of BLOCK_N rows, K split), each split
+    ``words_per_split(words, BLOCK_KW * tiles, SPLIT_K)`` words long (``tiles``: the word tiles a step loads).
+    The split path's fp32 sums and counters are a buffer of this call (never shared with another call, on any
+    stream or device), zeroed by the split configs' pre-hook."""
     s = p.shape
     y = torch.empty((s.m, s.n), dtype=p.x.dtype, device=p.x.device)
-    kernels = triton_gemv_kernels.load()
     # int32: (M, N) fp32 sums as bits, then one counter per (row of x, block of rows) at the least BLOCK_N
-    workspace = torch.empty(s.m * (s.n + cdiv(s.n, kernels.GEMV_MIN_BLOCK_N)), dtype=torch.int32,
-                            device=p.x.device)
+    workspace = torch.empty(s.m * (s.n + cdiv(s.n, min_block_n)), dtype=torch.int32, device=p.x.device)
     kwords = p.packed.shape[1]
 
     def grid(meta: dict) -> tuple[int, int, int]:
-        per_split = kernels.words_per_split(kwords, meta["BLOCK_KW"], meta["SPLIT_K"])
+        per_split = words_per_split(kwords, meta["BLOCK_KW"] * tiles, meta["SPLIT_K"])
         return s.m, cdiv(s.n, meta["BLOCK_N"]), cdiv(kwords, per_split)
 
-    kernels.lowbit_gemv_kernel[grid](p.x, p.packed, p.scales, p.zeros_arg, y, workspace, s.n, s.k, kwords,
-                                     p.x.stride(0), p.packed.stride(0), p.scales.stride(0), y.stride(0),
-                                     **p.common())
+    kernel[grid](p.x, p.packed, p.scales, p.zeros_arg, y, workspace, s.n, s.k, kwords, p.x.stride(0),
+                 p.packed.stride(0), p.scales.stride(0), y.stride(0), **p.common())
     return y
 
 
