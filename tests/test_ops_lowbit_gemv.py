@@ -282,12 +282,14 @@ TARGET_WEIGHTS = [(4096, 4096), (14336, 4096), (4096, 14336)]
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("name", NEW)
+@pytest.mark.parametrize("n, k", TARGET_WEIGHTS)
 @pytest.mark.parametrize("bits, group_size, symmetric", [(4, 128, False), (8, None, True)])
 @pytest.mark.parametrize("m", [1, 16])
-def test_both_match_the_reference_at_the_target_weights_on_gpu(bits, group_size, symmetric, m) -> None:
-    for n, k in TARGET_WEIGHTS:
-        for name in NEW:
-            _check(name, bits, group_size, symmetric, (m, n, k), torch.bfloat16, device="cuda")
+def test_both_match_the_reference_at_the_target_weights_on_gpu(bits, group_size, symmetric, m, n, k,
+                                                               name) -> None:
+    # One test a (kernel, weight, M): a failure names the kernel and the shape, and the others still run.
+    _check(name, bits, group_size, symmetric, (m, n, k), torch.bfloat16, device="cuda")
 
 
 @pytest.mark.gpu
