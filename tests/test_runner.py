@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import kernelkit as kk
-from kernelkit import runner
+from kernelkit import pool, runner
 from kernelkit.errors import SpecError
 from kernelkit.results import Status
 from kernelkit.runs import check as runs
@@ -143,9 +143,9 @@ def test_runs_inside_reuse_workers_share_one_worker_and_nothing_is_left_after():
         first = runs.check(PLANTED, impls=["eager_correct"], device="cpu", on_phase=on_phase)
         second = bench_op(PLANTED, impls=["eager_correct"], device="cpu", budget=0.05, baselines=False,
                           on_phase=on_phase)
-        parked = [pid for _, _, process, _ in runner._parked for pid in [process.pid]]
+        parked = [held.process.pid for held in pool._parked]
     assert first.ok and second.ok and len(started) == 1, started
-    assert runner._parked is None and parked
+    assert pool._parked is None and parked
     for pid in parked:
         with pytest.raises(ProcessLookupError):
             os.kill(pid, 0)

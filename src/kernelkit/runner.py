@@ -23,19 +23,21 @@ import resource
 import signal
 import sys
 import time
-from collections.abc import Callable, Iterator, Mapping
+import traceback
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
 import torch
 
-from kernelkit import backends, hygiene, wire
+from kernelkit import backends, hygiene, pool, wire
 from kernelkit.deadline import BUILD_TIMEOUT_ENV, build_timeout
 from kernelkit.errors import describe_exception
 from kernelkit.jobs import Job, JobResult, poisoned, progress, warn
 from kernelkit.jobs.check import kept_bytes
 from kernelkit.measure.host import cpu_threads
+from kernelkit.pool import reuse_workers as reuse_workers  # the demo and tests ask the runner for it
 from kernelkit.results import Status
 
 DEFAULT_TIMEOUT = 60.0
@@ -165,42 +167,38 @@ class Worker:
         if self.on_phase is not None:
             self.on_phase(text)
 
-    def _adopt(self) -> bool:
-        """Take a worker parked by ``reuse_workers`` for this device and environment; its output goes to our log."""
-        key = (self.device, tuple(sorted(self.env.items())))
-        for n, (device, env, process, conn) in enumerate(_parked or []):
-            if (device, env) == key and process.is_alive():
-                del _parked[n]  # type: ignore[union-attr]
-                try:
-                    conn.send(_Relog(str(self.log_path)))
-                except OSError:
-                    _end(process, conn)
-                    continue
-                self.process, self.conn = process, conn
-                return True
-        return False
-
     def _start(self) -> str:
-        if self._adopt():
-            return ""
-        self._phase("starting a worker (importing torch" + (", starting CUDA)" if self.device == "cuda" else ")"))
-        ctx = multiprocessing.get_context("spawn")
-        parent, child = ctx.Pipe()
-        self.process = ctx.Process(target=_worker_main, args=(child, self.device, str(self.log_path), self.env),
-                                   daemon=True)
-        with hygiene.spawn_without_main():  # a user's script without a __main__ guard is not run again there
-            self.process.start()
-        child.close()
-        self.conn = parent
-        if self._wait(STARTUP_TIMEOUT) and parent.poll():
+        """Take a held worker (pool.py: parked, or started early) or spawn one; wait for its word that it is
+        ready. The reason it failed to start, or ''."""
+        held = pool.take(pool.key_of(self.device, self.env))
+        if held is None:
+            self.process, self.conn = spawn(self.device, self.env, str(self.log_path))
+            log, ready = str(self.log_path), False
+        else:
+            self.process, self.conn, log, ready = held.process, held.conn, held.log_path, held.ready
+        if not ready:
+            self._phase("starting a worker (importing torch" + (", starting CUDA)" if self.device == "cuda" else ")"))
+        if not ready and not (self._wait(STARTUP_TIMEOUT) and self._ready()):
+            problem = self._death_message() + _tail(log, 0)
+            self._discard()
+            return problem
+        if log != str(self.log_path):
             try:
-                _receive(parent)
-                return ""
-            except (EOFError, OSError, wire.WireError):
-                pass
-        problem = self._death_message() + self._log_since(0)
-        self._discard()
-        return problem
+                self.conn.send(pool.Relog(str(self.log_path)))  # its output goes to this run's log from now on
+            except OSError:
+                self._discard()
+                return self._start()
+        return ""
+
+    def _ready(self) -> bool:
+        assert self.conn is not None
+        if not self.conn.poll():
+            return False
+        try:
+            _receive(self.conn)
+            return True
+        except (EOFError, OSError, wire.WireError):
+            return False
 
     def _death_message(self) -> str:
         assert self.process is not None
@@ -217,15 +215,7 @@ class Worker:
         return f"the worker exited with code {code}; see the log below"
 
     def _log_since(self, offset: int) -> str:
-        """The tail of what the worker printed since ``offset``: at most LOG_READ_BYTES are read, however much."""
-        try:
-            with open(self.log_path, "rb") as f:
-                end = f.seek(0, os.SEEK_END)
-                f.seek(max(offset, end - LOG_READ_BYTES))
-                text = f.read(LOG_READ_BYTES).decode(errors="replace")
-        except OSError:
-            return ""
-        return text[-LOG_TAIL_CHARS:]
+        return _tail(str(self.log_path), offset)
 
     def _discard(self) -> None:
         """Kill the worker and every process it started (its process group, what it adopted), and forget it."""
@@ -245,8 +235,8 @@ class Worker:
             self.busy = False
             self._discard()
             return
-        if _parked is not None and self.conn is not None and self.process is not None and self.process.is_alive():
-            _parked.append((self.device, tuple(sorted(self.env.items())), self.process, self.conn))
+        if self.conn is not None and self.process is not None and self.process.is_alive() and pool.park(
+                pool.Held(pool.key_of(self.device, self.env), self.process, self.conn, str(self.log_path), True)):
             self.process = self.conn = None
             return
         if self.conn is not None and self.process is not None and self.process.is_alive():
@@ -276,55 +266,56 @@ class _Left:
     changed: list[str]
 
 
-@dataclass(frozen=True)
-class _Relog:
-    """To a parked worker taken by a new run: write your output to ``path`` from now on."""
+def spawn(device: str, env: Mapping[str, str], log_path: str) -> tuple[
+        multiprocessing.process.BaseProcess, multiprocessing.connection.Connection]:
+    """A new worker process (not waited for: it says "ready" once started) and the runner's end of its pipe."""
+    ctx = multiprocessing.get_context("spawn")
+    parent, child = ctx.Pipe()
+    process = ctx.Process(target=_worker_main, args=(child, device, log_path, dict(env)), daemon=True)
+    with hygiene.spawn_without_main():  # a user's script without a __main__ guard is not run again there
+        process.start()
+    child.close()
+    return process, parent
 
-    path: str
+
+def started_early(device: str, envs: Sequence[Mapping[str, str]] = ({},)) -> contextlib.AbstractContextManager[None]:
+    """Workers for ``envs`` on ``device`` started now, for the block's runs to take (pool.started_early)."""
+    return pool.started_early(spawn, device, envs)
 
 
-# Workers kept between runs inside reuse_workers(): (device, env, process, connection); None outside it.
-_parked: list[tuple[str, tuple[tuple[str, str], ...], multiprocessing.process.BaseProcess,
-                    multiprocessing.connection.Connection]] | None = None
-
-
-@contextlib.contextmanager
-def reuse_workers() -> Iterator[None]:
-    """Within the block, a run's worker that ends alive is kept for the next run of this process on the same device
-    (its imports, CUDA context, compiled and cached kernels stay warm: a GPU worker takes ~5 s to start); each is
-    still replaced whenever a case leaves it changed. The demo's steps share workers this way."""
-    global _parked
-    if _parked is not None:  # nested: the outer block owns the parked workers
-        yield
-        return
-    _parked = []
+def _tail(log_path: str, offset: int) -> str:
+    """The tail of what a worker printed since ``offset``: at most LOG_READ_BYTES are read, however much."""
     try:
-        yield
-    finally:
-        parked, _parked = _parked, None
-        for _device, _env, process, conn in parked:
-            _end(process, conn)
-
-
-def _end(process: multiprocessing.process.BaseProcess, conn: multiprocessing.connection.Connection) -> None:
-    """Stop a parked worker, then kill its process group (what it started goes with it)."""
-    with contextlib.suppress(OSError):
-        conn.send(None)
-    process.join(timeout=5)
-    if process.pid:
-        hygiene.kill_tree(process.pid)
-    conn.close()
+        with open(log_path, "rb") as f:
+            end = f.seek(0, os.SEEK_END)
+            f.seek(max(offset, end - LOG_READ_BYTES))
+            text = f.read(LOG_READ_BYTES).decode(errors="replace")
+    except OSError:
+        return ""
+    return text[-LOG_TAIL_CHARS:]
 
 
 def _worker_main(conn: multiprocessing.connection.Connection, device: str, log_path: str,
                  env: Mapping[str, str] | None = None) -> None:
-    """The worker loop (``_serve``); whatever ends it, what the worker started or adopted ends with it."""
+    """The worker loop (``_serve``); whatever ends it, what the worker started or adopted ends with it. A worker
+    that leaves its loop exits at once: tearing down the interpreter's modules (torch, triton, a CUDA context)
+    took ~0.4-1 s that every run's end and every replaced worker waited for, and nothing of a worker's is saved at
+    exit (its caches are written as they are made)."""
     hygiene.own_session()  # first: the runner kills this process with all it starts, as one group
     hygiene.become_subreaper()  # a process that leaves the group (setsid) is adopted here when orphaned
+    code = 1  # an error that escaped the loop: its traceback goes to the log
     try:
         _serve(conn, device, log_path, env)
+        code = 0
+    except SystemExit as exc:  # a job's sys.exit(n): the runner reports the code
+        code = exc.code if isinstance(exc.code, int) else 1
+    except BaseException:
+        traceback.print_exc()
     finally:
         hygiene.kill_descendants()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
 
 
 def _serve(conn: multiprocessing.connection.Connection, device: str, log_path: str,
@@ -349,7 +340,7 @@ def _serve(conn: multiprocessing.connection.Connection, device: str, log_path: s
             return
         if job is None:
             return
-        if isinstance(job, _Relog):  # adopted by another run: its log from now on
+        if isinstance(job, pool.Relog):  # adopted by another run: its log from now on
             _redirect_output(job.path)
             continue
         before = hygiene.snapshot(device, kept_bytes(device))

@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 
-from kernelkit import errors
+from kernelkit import errors, runner
 from kernelkit.jobs.bench import BenchJob, BenchOutcome, gate_message, speedups
 from kernelkit.jobs.check import CheckJob
 from kernelkit.measure import timer
@@ -34,8 +34,9 @@ from kernelkit.results import Status
 from kernelkit.runner import DEFAULT_TIMEOUT, OnPhase, Worker
 from kernelkit.runs import early, strict_bench
 from kernelkit.scale import GpuSpec, Spread
+from kernelkit.scale.spread import worker_envs
 from kernelkit.spec import BASELINES, Case, Op, Size, dtype_name, parse_dtype, size_labeller
-from kernelkit.target import TargetLike, make_cases, open_target, target_text
+from kernelkit.target import TargetLike, make_cases, open_target, resolve_device, target_text
 
 OnBenchResult = Callable[[BenchResult], None]
 # A KernelBench problem's or GPU MODE task's impl that is its reference as written (the Model built again,
@@ -105,70 +106,74 @@ def bench_op(
     mode times on one worker; ask for it and it is refused there).
     """
     target = target_text(target)
-    if strict is not False:
-        from kernelkit.runs.strict import seal_builtin_ops
+    # The workers start now, while the target opens (a level's hundred problem files) and the sweep is planned.
+    first = resolve_device(device)
+    with runner.started_early(first, worker_envs(gpus, ray, first)):
+        if strict is not False:
+            from kernelkit.runs.strict import seal_builtin_ops
 
-        seal_builtin_ops()  # before the target's file is imported: it may change a built-in op
-    opened = open_target(target, device, solution)
-    dev, source, ops = opened.device, opened.source, opened.ops
-    spend = timer.default_budget(dev) if budget is None else budget
-    settings = Settings(mode=mode, budget=spend, rse_target=rse_target, graph_warm=graph_warm, calibrate=calibrate)
-    report = SweepReport(device=dev, mode=mode)
-    groups = plan_groups(source, ops, dev, impls, sizes, dtypes, baselines,
-                         as_eager=FORMAT_REFERENCE if opened.format is not None else "")
-    if on_plan is not None:
-        on_plan(sum(len(g.cases) + int(g.eager) for g in groups))
-    spread = Spread.of(gpus, ray, dev)  # None: one worker in this process
-    strict = (store is not None and spread is None) if strict is None else strict
-    if strict and spread is not None:
-        from kernelkit.errors import SpecError
+            seal_builtin_ops()  # before the target's file is imported: it may change a built-in op
+        opened = open_target(target, device, solution)
+        dev, source, ops = opened.device, opened.source, opened.ops
+        spend = timer.default_budget(dev) if budget is None else budget
+        settings = Settings(mode=mode, budget=spend, rse_target=rse_target, graph_warm=graph_warm, calibrate=calibrate)
+        report = SweepReport(device=dev, mode=mode)
+        groups = plan_groups(source, ops, dev, impls, sizes, dtypes, baselines,
+                             as_eager=FORMAT_REFERENCE if opened.format is not None else "")
+        if on_plan is not None:
+            on_plan(sum(len(g.cases) + int(g.eager) for g in groups))
+        spread = Spread.of(gpus, ray, dev)  # None: one worker in this process
+        strict = (store is not None and spread is None) if strict is None else strict
+        if strict and spread is not None:
+            from kernelkit.errors import SpecError
 
-        raise SpecError("strict mode times on one worker: drop gpus=/ray=, or pass strict=False (--no-strict)")
-    if store is not None:
-        from kernelkit.measure.host import fingerprint
+            raise SpecError("strict mode times on one worker: drop gpus=/ray=, or pass strict=False (--no-strict)")
+        if store is not None:
+            from kernelkit.measure.host import fingerprint
 
-        report.env = fingerprint(opened.user_file)
-        if opened.format is not None:  # the problem's own path is user_file; which solution ran is part of the run
-            report.env.update(format=opened.format, solution=opened.solution)
-        if spread is not None:
-            report.env.update(spread.describe(report.env.get("user_file")))
-        report.run_id = store.begin_run(command, report.env, op=",".join(o.name for o in ops), mode=mode, device=dev)
-
-    label = size_labeller(ops)  # a GPU MODE task's sizes show as its specs: size=16 seed=4242
-
-    def emit(result: BenchResult) -> None:
-        report.results.append(label(result))
-        if store is not None and not report.store_error:
-            try:
-                store.add_result(report.run_id, result)
-            except errors.KernelkitError as exc:  # the store failed: the sweep goes on, the results are kept
-                report.store_error = str(exc)
-        if on_result is not None:
-            on_result(result)
-
-    status = "finished"
-    with tempfile.TemporaryDirectory(prefix="kernelkit-bench-") as tmp, \
-            early.started([c for g in groups for c in g.cases], dev):
-        worker = Worker(dev, Path(tmp) / "worker.log")
-        try:
+            report.env = fingerprint(opened.user_file)
+            if opened.format is not None:  # the problem's own path is user_file; which solution ran is part of the run
+                report.env.update(format=opened.format, solution=opened.solution)
             if spread is not None:
-                spread.run([BenchGroupRun(g, settings, dev, timeout) for g in groups], emit)
-            for group in groups if spread is None else ():
-                worker.on_phase = _phase_of(group, on_phase, {op.name: op for op in ops})
-                if strict:
-                    strict_bench.run_group(worker, group, settings, dev, timeout, emit)
-                else:
-                    _run_group(worker, group, settings, dev, timeout, emit)
-        except KeyboardInterrupt:
-            report.interrupted, status = True, "interrupted"
-        except BaseException:
-            status = "failed"  # a crash of the sweep itself: never stored as finished
-            raise
-        finally:
-            worker.stop()
-            if store is not None:
-                _finish(store, report, status, command)
-    return report
+                report.env.update(spread.describe(report.env.get("user_file")))
+            report.run_id = store.begin_run(command, report.env, op=",".join(o.name for o in ops), mode=mode,
+                                            device=dev)
+
+        label = size_labeller(ops)  # a GPU MODE task's sizes show as its specs: size=16 seed=4242
+
+        def emit(result: BenchResult) -> None:
+            report.results.append(label(result))
+            if store is not None and not report.store_error:
+                try:
+                    store.add_result(report.run_id, result)
+                except errors.KernelkitError as exc:  # the store failed: the sweep goes on, the results are kept
+                    report.store_error = str(exc)
+            if on_result is not None:
+                on_result(result)
+
+        status = "finished"
+        with tempfile.TemporaryDirectory(prefix="kernelkit-bench-") as tmp, \
+                early.started([c for g in groups for c in g.cases], dev):
+            worker = Worker(dev, Path(tmp) / "worker.log")
+            try:
+                if spread is not None:
+                    spread.run([BenchGroupRun(g, settings, dev, timeout) for g in groups], emit)
+                for group in groups if spread is None else ():
+                    worker.on_phase = _phase_of(group, on_phase, {op.name: op for op in ops})
+                    if strict:
+                        strict_bench.run_group(worker, group, settings, dev, timeout, emit)
+                    else:
+                        _run_group(worker, group, settings, dev, timeout, emit)
+            except KeyboardInterrupt:
+                report.interrupted, status = True, "interrupted"
+            except BaseException:
+                status = "failed"  # a crash of the sweep itself: never stored as finished
+                raise
+            finally:
+                worker.stop()
+                if store is not None:
+                    _finish(store, report, status, command)
+        return report
 
 
 def _phase_of(group: BenchGroup, on_phase: OnPhase | None, ops: dict[str, Op]) -> OnPhase | None:

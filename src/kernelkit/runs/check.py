@@ -21,14 +21,16 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from kernelkit import runner
 from kernelkit.errors import SpecError
 from kernelkit.jobs.check import CheckJob
 from kernelkit.jobs.evidence import CheckOptions
 from kernelkit.results import OnResult, RunReport
 from kernelkit.runner import DEFAULT_TIMEOUT, OnPhase, Worker
 from kernelkit.runs import early
+from kernelkit.scale.spread import worker_envs
 from kernelkit.spec import Case, Size, size_labeller
-from kernelkit.target import TargetLike, open_target, target_text
+from kernelkit.target import TargetLike, open_target, resolve_device, target_text
 
 if TYPE_CHECKING:
     from kernelkit.runs.strict import StrictChecker
@@ -87,23 +89,26 @@ def check(
         raise SpecError("--save-failing writes on this host: a Ray cluster's workers run elsewhere; drop --ray")
     options = CheckOptions(determinism, str(Path(save_failing).resolve()) if save_failing else "",
                            _repro(target, solution, strict_on))
-    opened = open_target(target, device, solution)
-    dev, cases = opened.device, opened.cases(impls, sizes, dtypes, seeds)
-    if on_plan is not None:
-        on_plan(len(cases))
-    label = size_labeller(opened.ops)  # a GPU MODE task's sizes show as its specs: size=16 seed=4242
-    told = (lambda result: on_result(label(result))) if on_result is not None else label
-    if gpus is not None or ray is not None:
-        from kernelkit.scale import check_spread
+    # The workers start now, while the target opens (a level's hundred problem files) and its cases are listed.
+    first = resolve_device(device)
+    with runner.started_early(first, worker_envs(gpus, ray, first) if isolate else []):
+        opened = open_target(target, device, solution)
+        dev, cases = opened.device, opened.cases(impls, sizes, dtypes, seeds)
+        if on_plan is not None:
+            on_plan(len(cases))
+        label = size_labeller(opened.ops)  # a GPU MODE task's sizes show as its specs: size=16 seed=4242
+        told = (lambda result: on_result(label(result))) if on_result is not None else label
+        if gpus is not None or ray is not None:
+            from kernelkit.scale import check_spread
 
-        report = check_spread(cases, dev, gpus=gpus, ray=ray, timeout=timeout, on_result=told, options=options)
-    else:
-        report = run_cases(cases, dev, timeout=timeout, isolate=isolate, on_result=told, strict=strict_on,
-                           on_phase=on_phase, options=options)
-    for result in report.results:
-        label(result)
-    report.path = path
-    return report
+            report = check_spread(cases, dev, gpus=gpus, ray=ray, timeout=timeout, on_result=told, options=options)
+        else:
+            report = run_cases(cases, dev, timeout=timeout, isolate=isolate, on_result=told, strict=strict_on,
+                               on_phase=on_phase, options=options)
+        for result in report.results:
+            label(result)
+        report.path = path
+        return report
 
 
 def judging(strict: bool | None, spread: bool) -> tuple[bool, str]:

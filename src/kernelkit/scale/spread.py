@@ -60,6 +60,16 @@ class Spread:
         return shard.run_groups(runs, self.slots, self.device, tagged)
 
 
+def worker_envs(gpus: GpuSpec, ray: str | None, device: str) -> list[dict[str, str]]:
+    """The environment of each worker a run on this host will start: one per GPU slot with ``gpus``, none with
+    ``ray`` (its tasks start theirs on the nodes), else one (runner.started_early starts them ahead)."""
+    if ray is not None:
+        return []
+    if gpus is not None:
+        return [dict(slot.env) for slot in gpu_slots(gpus, device)]
+    return [{}]
+
+
 def check_spread(cases: Sequence[Case], device: str, *, gpus: GpuSpec = None, ray: str | None = None,
                  timeout: float, on_result: OnResult | None = None, options: CheckOptions | None = None) -> RunReport:
     """runs.check.run_cases over several GPUs or a Ray cluster: cases of one (op, size, dtype) on one worker; the
