@@ -18,7 +18,7 @@ LAYERS = [
     ["demo", "__init__"],
     ["runs"],
     ["scale"],
-    ["runner"],
+    ["runner", "pool"],
     ["report"],
     ["doctor"],
     ["jobs"],

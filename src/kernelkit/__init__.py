@@ -28,7 +28,8 @@ reads every import statement and holds the code to this; no two modules import e
                     runs without kernelkit)
     scale/          beyond one worker: a run's groups over this host's GPUs (--gpus) or a Ray cluster (--ray)
     runner.py       Worker: isolated worker processes (a crash, hang or lost CUDA context ends one job, not the run);
-                    what a worker sends back is data only (wire.py); reuse_workers() keeps them for the next run
+                    what a worker sends back is data only (wire.py); pool.py holds workers outside a run: started
+                    early while the target opens, or kept for the next run (reuse_workers())
     report/         every renderer: terminal tables, JSON/CSV, plots, the HTML report, the progress line
     doctor/         the machine self-test
     jobs/           what runs inside a worker: CheckJob and judge() (the order of checks, written once), BenchJob,
