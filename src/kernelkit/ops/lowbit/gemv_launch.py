@@ -108,6 +108,68 @@ def cuda_gemv(p: Problem) -> torch.Tensor:
     return y
 
 
+# gemv_mma.cu: int4 on tensor cores. A block of 8 warps owns 16 rows; each lane reads 16-byte chunks of 32 codes, a
+# quad 128 codes of a row (a K block); x rows are the MMA's N, 8 a fragment.
+MMA_M_TILES = (8, 16)
+MMA_ROWS_PER_BLOCK = 16
+MMA_THREADS = 256
+MMA_BLOCK_CODES = 128
+
+
+def mma_kernel_name(dtype: torch.dtype, m_tile: int) -> str:
+    """'lowbit_gemv_mma_w4_bf16_m8_kernel': the extern "C" name in gemv_mma.cu."""
+    return f"lowbit_gemv_mma_w4_{DTYPES[dtype]}_m{m_tile}_kernel"
+
+
+MMA_KERNELS: dict[tuple[torch.dtype, int], CudaKernel] = {
+    (dtype, m): cuda_kernel("gemv_mma.cu", mma_kernel_name(dtype, m),
+                            options=(f"-DLOWBIT_GEMV_MMA_{mma_kernel_name(dtype, m)}",))
+    for dtype in DTYPES for m in MMA_M_TILES
+}
+
+
+def mma_kernels_for(bits: int) -> list[CudaKernel]:
+    """The kernels cuda_gemv_mma launches for ``bits``-bit codes: int4 only (an 8-bit code does not fit the
+    mantissa of a bf16)."""
+    return list(MMA_KERNELS.values()) if bits == 4 else []
+
+
+def mma_unsupported(p: Problem) -> str | None:
+    """Why gemv_mma.cu cannot take this call, or None: int4 codes, bf16 or fp16 activations with scales in that
+    dtype, M <= 16, K a multiple of 128 (whole K blocks of a quad), groups of at least 32 codes (a lane's chunk)."""
+    s, dtype = p.shape, p.x.dtype
+    if p.bits != 4:
+        return f"cuda_gemv_mma reads 4-bit codes, not {p.bits}-bit (an 8-bit code does not fit a bf16's mantissa)"
+    if dtype not in DTYPES:
+        return f"cuda_gemv_mma takes bfloat16 and float16 activations, not {dtype}"
+    if p.scales.dtype != dtype:
+        return f"cuda_gemv_mma takes scales in the activation dtype ({dtype}), got {p.scales.dtype}"
+    if s.m > MAX_M:
+        return f"cuda_gemv_mma takes M <= {MAX_M} rows (x's rows are the MMA's N), got M = {s.m}"
+    if s.k % MMA_BLOCK_CODES:
+        return f"cuda_gemv_mma reads K in blocks of {MMA_BLOCK_CODES} codes: got K = {s.k}"
+    if p.group_size is not None and p.group_size < 32:
+        return f"cuda_gemv_mma scales a lane's 32 codes at once: group_size must be at least 32, got {p.group_size}"
+    return None
+
+
+def cuda_gemv_mma(p: Problem) -> torch.Tensor:
+    """y (M, N) in x's dtype: one launch of gemv_mma.cu's kernel for (dtype, M tile); BackendUnavailable where
+    ``mma_unsupported`` gives a reason."""
+    reason = mma_unsupported(p)
+    if reason is not None:
+        raise BackendUnavailable(reason)
+    s = p.shape
+    x, packed = _aligned(p.x), _aligned(p.packed)
+    y = torch.empty((s.m, s.n), dtype=x.dtype, device=x.device)
+    shift = PER_CHANNEL_SHIFT if p.group_size is None else p.group_size.bit_length() - 1
+    zeros = p.zeros if p.zeros is not None else packed.view(torch.uint8)  # never read when symmetric
+    kernel = MMA_KERNELS[x.dtype, next(t for t in MMA_M_TILES if t >= s.m)]
+    kernel.launch(cdiv(s.n, MMA_ROWS_PER_BLOCK), MMA_THREADS, x, packed, p.scales, zeros, y, s.m, s.n,
+                  s.k // 32, s.groups, shift, int(p.zeros is not None))
+    return y
+
+
 def unrolled_unsupported(p: Problem) -> str | None:
     """Why triton_gemv_unrolled does not take this call, or None: a program a row of x re-reads the weights for
     every row (from L2), a GEMV's regime, so past MAX_M rows the tensor-core kernels are the ones to run."""
