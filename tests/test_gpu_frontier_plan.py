@@ -136,3 +136,14 @@ def test_the_ratio_is_anchor_time_over_value_time(script):
     assert script["ratio"](None, 1.0) is None and script["ratio"](1.0, None) is None
     assert script["fastest"]({"a": 2.0, "b": None, "c": 1.0}) == ("c", 1.0)
     assert script["fastest"]({"a": None}) == (None, None)
+
+
+def test_a_wrong_gemv_is_named_and_not_timed() -> None:
+    # The low-bit piece times each kernel only after its output matched the reference on the same inputs.
+    script = runpy.run_path(str(SCRIPT), run_name="gpu_frontier")
+    op = lowbit.linear_w4
+    args = tuple(op.make_inputs((1, 64, 256), torch.bfloat16, torch.device("cpu"), 0))
+    check = script["reference_check"](op, args)
+    assert check(op.impls["eager_dequant"].fn(*args)) == ""
+    assert "64 of 64 elements differ" in check(torch.zeros(1, 64, dtype=torch.bfloat16))
+    assert "output shape (2, 64), expected (1, 64)" in check(torch.zeros(2, 64))
