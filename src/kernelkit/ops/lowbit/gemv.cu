@@ -158,12 +158,13 @@ LOWBIT_HD void lane_sums(int lane, int row0, const T* __restrict__ x_ptr, const 
         for (int u = 0; u < UNROLL; ++u) {
 #pragma unroll
             for (int r = 0; r < kRows; ++r) {
-                const int c = base + u * kWarp;
-                const bool in_k = c < chunks;
+                // Past K a lane reads the row's last chunk again (its step is skipped below): a load under a
+                // condition is a branch the compiler may not hoist, and an asm load must never be speculated.
+                const int c = smaller(base + u * kWarp, chunks - 1);
                 const long long at = row[r] * groups + (c >> group_shift);
-                words[u][r] = in_k ? load_weights(w_ptr + row[r] * chunks + c) : make_uint4(0, 0, 0, 0);
-                scale_raw[u][r] = in_k ? s_ptr[at] : T();
-                zero_raw[u][r] = in_k && has_zeros ? z_ptr[at] : (unsigned char)(1 << (BITS - 1));
+                words[u][r] = load_weights(w_ptr + row[r] * chunks + c);
+                scale_raw[u][r] = s_ptr[at];
+                zero_raw[u][r] = has_zeros ? z_ptr[at] : (unsigned char)(1 << (BITS - 1));
             }
         }
 #pragma unroll

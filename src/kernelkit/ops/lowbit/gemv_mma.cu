@@ -215,16 +215,17 @@ __device__ __forceinline__ void gemv_mma_rows(const T* __restrict__ x_ptr, const
         uint4 words[kUnroll][2];
         unsigned short scale_bits[kUnroll][2];
         unsigned char zero[kUnroll][2];
+        // Unconditional loads, all issued before the first MMA: a block past K reads the last one again (its
+        // step is skipped below); a load under a condition was issued only after the previous block's MMAs.
 #pragma unroll
         for (int u = 0; u < kUnroll; ++u) {
-            const int chunk = (kb0 + u) * 4 + j;
-            const bool in_k = kb0 + u < blocks;
+            const int chunk = min(kb0 + u, blocks - 1) * 4 + j;
 #pragma unroll
             for (int r = 0; r < 2; ++r) {
                 const long long at = rows[r] * groups + (((long long)chunk * 32) >> group_shift);
-                words[u][r] = in_k ? load_weights(w_ptr + rows[r] * chunks + chunk) : make_uint4(0, 0, 0, 0);
-                scale_bits[u][r] = in_k ? reinterpret_cast<const unsigned short*>(s_ptr)[at] : 0;
-                zero[u][r] = in_k && has_zeros ? z_ptr[at] : 8;
+                words[u][r] = load_weights(w_ptr + rows[r] * chunks + chunk);
+                scale_bits[u][r] = reinterpret_cast<const unsigned short*>(s_ptr)[at];
+                zero[u][r] = has_zeros ? z_ptr[at] : 8;
             }
         }
 #pragma unroll
