@@ -1,8 +1,9 @@
-"""``cuda_gemv_mma`` (gemv_mma.cu): int4 codes made 16-bit floats two at a time for mma.sync m16n8k16. Here: where
-it is registered and where it says it does not apply, its launch arguments against the kernels' signatures, its
-four kernels compiled for sm_90 one at a time, and a warp's fragments run on the host (a host build of the
-kernel's lane arithmetic by nvcc, through an MMA emulated from the PTX ISA's fragment layout); on a GPU (gpu
-marker), the kernel against the reference at the target weights, at every M, ragged N and each quantization.
+"""``cuda_gemv_mma`` (gemv_mma.cu): int4 and int8 codes made 16-bit floats two at a time for mma.sync m16n8k16.
+Here: where it is registered and where it says it does not apply, its launch arguments against the kernels'
+signatures, its eight kernels compiled for sm_90 one at a time, and a warp's fragments run on the host (a host
+build of the kernel's lane arithmetic by nvcc, through an MMA emulated from the PTX ISA's fragment layout); on a
+GPU (gpu marker), the kernel against the reference at the target weights, at every M, ragged N and each
+quantization.
 """
 
 from __future__ import annotations
@@ -25,31 +26,33 @@ from opkit import assert_matches_reference
 NAME = "cuda_gemv_mma"
 
 
-def _inputs(group_size, symmetric, size, dtype, seed=0, device="cpu"):
-    return lowbit_inputs.seeded_inputs(4, group_size, symmetric)(size, dtype, torch.device(device), seed)
+def _inputs(group_size, symmetric, size, dtype, seed=0, device="cpu", bits=4):
+    return lowbit_inputs.seeded_inputs(bits, group_size, symmetric)(size, dtype, torch.device(device), seed)
 
 
 # ---- where it applies ----------------------------------------------------------------------------------------
 
 
-def test_it_is_an_int4_impl_in_16_bit_dtypes_with_four_kernels() -> None:
-    assert NAME in lowbit.linear_w4.impls
-    assert NAME not in lowbit.linear_w8.impls and NAME not in lowbit.linear_w2.impls
-    impl = lowbit.linear_w4.impls[NAME]
-    assert impl.backend == "cuda" and set(impl.dtypes) == {torch.bfloat16, torch.float16}
-    assert {k.name for k in impl.kernels} == {f"lowbit_gemv_mma_w4_{d}_m{m}_kernel" for d in ("bf16", "f16")
-                                              for m in (8, 16)}
+def test_it_is_an_int4_and_int8_impl_in_16_bit_dtypes_with_four_kernels_each() -> None:
+    assert NAME not in lowbit.linear_w2.impls
+    for bits, op in ((4, lowbit.linear_w4), (8, lowbit.linear_w8)):
+        impl = op.impls[NAME]
+        assert impl.backend == "cuda" and set(impl.dtypes) == {torch.bfloat16, torch.float16}
+        assert {k.name for k in impl.kernels} == {f"lowbit_gemv_mma_w{bits}_{d}_m{m}_kernel" for d in ("bf16", "f16")
+                                                  for m in (8, 16)}
 
 
-@pytest.mark.parametrize("group_size, size, dtype, reason", [
-    (128, (17, 8, 128), torch.bfloat16, "M <= 16 rows.*got M = 17"),
-    (32, (1, 8, 96), torch.bfloat16, "blocks of 128 codes: got K = 96"),
-    (16, (1, 8, 128), torch.float16, "group_size must be at least 32, got 16"),
-    (128, (1, 8, 128), torch.float32, "bfloat16 and float16 activations, not torch.float32"),
+@pytest.mark.parametrize("bits, group_size, size, dtype, reason", [
+    (4, 128, (17, 8, 128), torch.bfloat16, "M <= 16 rows.*got M = 17"),
+    (4, 32, (1, 8, 96), torch.bfloat16, "blocks of 128 codes at 4 bits: got K = 96"),
+    (8, 16, (1, 8, 96), torch.bfloat16, "blocks of 64 codes at 8 bits: got K = 96"),
+    (4, 16, (1, 8, 128), torch.float16, "group_size must be at least 32 at 4 bits, got 16"),
+    (8, 8, (1, 8, 128), torch.float16, "group_size must be at least 16 at 8 bits, got 8"),
+    (4, 128, (1, 8, 128), torch.float32, "bfloat16 and float16 activations, not torch.float32"),
 ])
-def test_it_says_why_it_does_not_apply(group_size, size, dtype, reason) -> None:
+def test_it_says_why_it_does_not_apply(bits, group_size, size, dtype, reason) -> None:
     with pytest.raises(BackendUnavailable, match=reason):
-        lowbit.linear_w4.impls[NAME].fn(*_inputs(group_size, False, size, dtype))
+        lowbit.OPS[bits].impls[NAME].fn(*_inputs(group_size, False, size, dtype, bits=bits))
 
 
 def test_it_takes_scales_in_the_activation_dtype_only() -> None:
@@ -68,9 +71,11 @@ def test_it_launches_what_its_kernel_signature_takes(monkeypatch) -> None:
     monkeypatch.setattr(CudaKernel, "launch", launch)
     lowbit.linear_w4.impls[NAME].fn(*_inputs(128, False, (3, 1000, 256), torch.bfloat16))
     lowbit.linear_w4.impls[NAME].fn(*_inputs(None, True, (9, 40, 128), torch.float16))
-    # (kernel, blocks of 16 rows, threads, (M, N, chunks of 32 codes, groups, log2 group or 30, has zeros))
+    lowbit.linear_w8.impls[NAME].fn(*_inputs(None, True, (1, 17, 192), torch.bfloat16, bits=8))
+    # (kernel, blocks of 16 rows, threads, (M, N, 16-byte chunks a row, groups, log2 group or 30, has zeros))
     assert launched == [("lowbit_gemv_mma_w4_bf16_m8_kernel", 63, 256, [3, 1000, 8, 2, 7, 1]),
-                        ("lowbit_gemv_mma_w4_f16_m16_kernel", 3, 256, [9, 40, 4, 1, 30, 0])]
+                        ("lowbit_gemv_mma_w4_f16_m16_kernel", 3, 256, [9, 40, 4, 1, 30, 0]),
+                        ("lowbit_gemv_mma_w8_bf16_m8_kernel", 2, 256, [1, 17, 12, 1, 30, 0])]
 
 
 def test_its_kernels_compile_for_sm_90_each_alone(can_compile: bool) -> None:
@@ -136,10 +141,11 @@ static void mma_host(const unsigned (&a)[32][4], const unsigned (&b)[32][2], flo
     }
 }
 
-template <typename T, int M_TILE>
+template <typename T, int BITS, int M_TILE>
 static void emulate(const std::string& dir, int m_rows, int n, int chunks, int groups, int shift, int has_zeros) {
-    constexpr int NB = M_TILE / 8;
-    const long long k = (long long)chunks * 32;
+    using C = Codes<T, BITS>;
+    constexpr int NB = M_TILE / 8, P = C::kPairs;
+    const long long k = (long long)chunks * C::kChunkCodes;
     const auto x = read_file<unsigned short>(dir + "/x.bin", size_t(m_rows) * k);
     const auto w = read_file<unsigned>(dir + "/w.bin", size_t(n) * chunks * 4);
     const auto s = read_file<unsigned short>(dir + "/s.bin", size_t(n) * groups);
@@ -150,35 +156,38 @@ static void emulate(const std::string& dir, int m_rows, int n, int chunks, int g
         static float acc[NB][32][4];
         for (auto& per_nb : acc) for (auto& lane : per_nb) for (float& v : lane) v = 0.0f;
         for (int kb = 0; kb < blocks; ++kb) {
-            static unsigned wg[32][4][4], wg8[32][4][4], xp[NB][32][4][4];
+            static unsigned wg[32][4][P], wg8[32][4][P], xp[NB][32][4][P];
             for (int lane = 0; lane < 32; ++lane) {
                 const int g = lane / 4, j = lane % 4, chunk = kb * 4 + j;
                 const long long rows[2] = {std::min(row0 + g, n - 1), std::min(row0 + g + 8, n - 1)};
                 for (int r = 0; r < 2; ++r) {
-                    const long long at = rows[r] * groups + (((long long)chunk * 32) >> shift);
-                    const unsigned offset2 = offset_pair<T>(has_zeros ? z[at] : 8);
+                    const long long at = rows[r] * groups + (((long long)chunk * C::kChunkCodes) >> shift);
+                    const unsigned offset2 = offset_pair<T, BITS>(has_zeros ? z[at] : 1 << (BITS - 1));
                     const unsigned scale2 = scale_pair(s[at]);
                     for (int wd = 0; wd < 4; ++wd)
-                        weight_pairs<T>(w[(rows[r] * chunks + chunk) * 4 + wd], offset2, scale2,
-                                        r == 0 ? wg[lane][wd] : wg8[lane][wd]);
+                        weight_pairs<T, BITS>(w[(rows[r] * chunks + chunk) * 4 + wd], offset2, scale2,
+                                              r == 0 ? wg[lane][wd] : wg8[lane][wd]);
                 }
                 for (int nb = 0; nb < NB; ++nb) {
-                    const long long base = std::min(nb * 8 + g, m_rows - 1) * k + (long long)kb * 128 + 32 * j;
+                    const long long base = std::min(nb * 8 + g, m_rows - 1) * k + (long long)kb * C::kBlockCodes
+                                           + C::kChunkCodes * j;
                     for (int wd = 0; wd < 4; ++wd) {
-                        const unsigned short* v = &x[base + 8 * wd];
-                        const uint4 raw = make_uint4(pack(v[0], v[1]), pack(v[2], v[3]), pack(v[4], v[5]),
-                                                     pack(v[6], v[7]));
-                        x_pairs(raw, xp[nb][lane][wd]);
+                        const unsigned short* v = &x[base + (32 / BITS) * wd];
+                        if constexpr (BITS == 4) {
+                            x_pairs(make_uint4(pack(v[0], v[1]), pack(v[2], v[3]), pack(v[4], v[5]),
+                                               pack(v[6], v[7])), xp[nb][lane][wd]);
+                        } else {
+                            x_pairs(make_uint2(pack(v[0], v[1]), pack(v[2], v[3])), xp[nb][lane][wd]);
+                        }
                     }
                 }
             }
             for (int wd = 0; wd < 4; ++wd)
-                for (int half = 0; half < 2; ++half)
+                for (int st = 0; st < P / 2; ++st)
                     for (int nb = 0; nb < NB; ++nb) {
                         unsigned a[32][4], b[32][2];
                         for (int lane = 0; lane < 32; ++lane)
-                            step_fragments(2 * wd + half, wg[lane][wd], wg8[lane][wd], xp[nb][lane][wd], a[lane],
-                                           b[lane]);
+                            step_fragments<P>(st, wg[lane][wd], wg8[lane][wd], xp[nb][lane][wd], a[lane], b[lane]);
                         mma_host<T>(a, b, acc[nb]);
                     }
         }
@@ -194,19 +203,24 @@ static void emulate(const std::string& dir, int m_rows, int n, int chunks, int g
     std::fclose(f);
 }
 
-// argv: folder, dtype (bf16 or f16), M tile, M, N, chunks, groups, group shift, has zeros
+// argv: folder, bits, dtype (bf16 or f16), M tile, M, N, chunks, groups, group shift, has zeros
 int main(int argc, char** argv) {
-    if (argc != 10) return 2;
-    const std::string dir = argv[1], dtype = argv[2];
-    const int tile = std::atoi(argv[3]);
+    if (argc != 11) return 2;
+    const std::string dir = argv[1], dtype = argv[3];
+    const int bits = std::atoi(argv[2]), tile = std::atoi(argv[4]);
     int v[6];
-    for (int i = 0; i < 6; ++i) v[i] = std::atoi(argv[4 + i]);
-#define CASE(NAME, T, TILE) \
-    if (dtype == NAME && tile == TILE) return emulate<T, TILE>(dir, v[0], v[1], v[2], v[3], v[4], v[5]), 0;
-    CASE("bf16", __nv_bfloat16, 8)
-    CASE("bf16", __nv_bfloat16, 16)
-    CASE("f16", __half, 8)
-    CASE("f16", __half, 16)
+    for (int i = 0; i < 6; ++i) v[i] = std::atoi(argv[5 + i]);
+#define CASE(BITS, NAME, T, TILE) \
+    if (bits == BITS && dtype == NAME && tile == TILE) \
+        return emulate<T, BITS, TILE>(dir, v[0], v[1], v[2], v[3], v[4], v[5]), 0;
+    CASE(4, "bf16", __nv_bfloat16, 8)
+    CASE(4, "bf16", __nv_bfloat16, 16)
+    CASE(4, "f16", __half, 8)
+    CASE(4, "f16", __half, 16)
+    CASE(8, "bf16", __nv_bfloat16, 8)
+    CASE(8, "bf16", __nv_bfloat16, 16)
+    CASE(8, "f16", __half, 8)
+    CASE(8, "f16", __half, 16)
     return 4;
 }
 """
@@ -214,10 +228,13 @@ int main(int argc, char** argv) {
 # (group_size, symmetric, (M, N, K), dtype): each path of the lanes. N = 1000 and 40: a partial last block of 16
 # rows (row N - 1 read again, not stored); M = 3, 9, 16: rows of x past M within a fragment, two fragments.
 HOST_CASES = [
-    (128, False, (3, 1000, 256), torch.bfloat16),  # g128: a group a K block; zeros; 2 K blocks
-    (32, True, (9, 40, 384), torch.float16),  # groups of one lane's chunk; symmetric (z = 8); two fragments of x
-    (None, False, (16, 24, 128), torch.bfloat16),  # per channel, M = 16 exactly
-    (64, False, (1, 17, 512), torch.float16),  # M = 1; one row past a block of 16
+    (4, 128, False, (3, 1000, 256), torch.bfloat16),  # g128: a group a K block; zeros; 2 K blocks
+    (4, 32, True, (9, 40, 384), torch.float16),  # groups of one lane's chunk; symmetric (z = 8); two fragments of x
+    (4, None, False, (16, 24, 128), torch.bfloat16),  # per channel, M = 16 exactly
+    (4, 64, False, (1, 17, 512), torch.float16),  # M = 1; one row past a block of 16
+    (8, None, True, (1, 40, 256), torch.bfloat16),  # int8 per channel, symmetric (z = 128): q - z made in fp16
+    (8, 16, False, (11, 33, 192), torch.bfloat16),  # int8 groups of a lane's chunk, zeros up to 255; 3 K blocks
+    (8, 64, False, (2, 1000, 128), torch.float16),  # int8 in fp16 (magic 1024 holds 8 bits)
 ]
 
 
@@ -234,21 +251,21 @@ def host_harness(tmp_path_factory: pytest.TempPathFactory) -> str:
     return str(folder / "harness")
 
 
-@pytest.mark.parametrize("group_size, symmetric, size, dtype", HOST_CASES)
-def test_a_warp_s_fragments_match_the_reference_on_the_host(group_size, symmetric, size, dtype, host_harness,
+@pytest.mark.parametrize("bits, group_size, symmetric, size, dtype", HOST_CASES)
+def test_a_warp_s_fragments_match_the_reference_on_the_host(bits, group_size, symmetric, size, dtype, host_harness,
                                                             tmp_path) -> None:
-    x, packed, scales, zeros, group_size = args = _inputs(group_size, symmetric, size, dtype, seed=1)
+    x, packed, scales, zeros, group_size = args = _inputs(group_size, symmetric, size, dtype, seed=1, bits=bits)
     m, n, k = size
     shift = gemv_launch.PER_CHANNEL_SHIFT if group_size is None else group_size.bit_length() - 1
     for name, t in (("x", x.view(torch.int16)), ("w", packed), ("s", scales.view(torch.int16)),
                     ("z", zeros if zeros is not None else torch.zeros(0, dtype=torch.uint8))):
         t.contiguous().numpy().tofile(tmp_path / f"{name}.bin")
     tile = 8 if m <= 8 else 16
-    subprocess.run([host_harness, str(tmp_path), gemv_launch.DTYPES[dtype], str(tile), str(m), str(n),
-                    str(k // 32), str(scales.shape[1]), str(shift), str(int(zeros is not None))], check=True,
-                   timeout=120)
+    subprocess.run([host_harness, str(tmp_path), str(bits), gemv_launch.DTYPES[dtype], str(tile), str(m), str(n),
+                    str(k // gemv_launch.codes_per_chunk(bits)), str(scales.shape[1]), str(shift),
+                    str(int(zeros is not None))], check=True, timeout=120)
     y = torch.from_numpy(np.fromfile(tmp_path / "y.bin", dtype=np.float32)).view(m, n)
-    assert_matches_reference(y.to(dtype), lowbit.linear_w4.reference, *args)
+    assert_matches_reference(y.to(dtype), lowbit.OPS[bits].reference, *args)
 
 
 def test_the_host_emulation_fails_a_wrong_permutation(host_harness, tmp_path) -> None:
@@ -258,7 +275,8 @@ def test_the_host_emulation_fails_a_wrong_permutation(host_harness, tmp_path) ->
     swapped = x.view(1, -1, 2, 8).flip(2).reshape(1, -1)
     for name, t in (("x", swapped.view(torch.int16)), ("w", packed), ("s", scales.view(torch.int16)), ("z", zeros)):
         t.contiguous().numpy().tofile(tmp_path / f"{name}.bin")
-    subprocess.run([host_harness, str(tmp_path), "bf16", "8", "1", "32", "4", "1", "7", "1"], check=True, timeout=60)
+    subprocess.run([host_harness, str(tmp_path), "4", "bf16", "8", "1", "32", "4", "1", "7", "1"], check=True,
+                   timeout=60)
     y = torch.from_numpy(np.fromfile(tmp_path / "y.bin", dtype=np.float32)).view(1, 32)
     with pytest.raises(AssertionError):
         assert_matches_reference(y.to(torch.bfloat16), lowbit.linear_w4.reference, *args)
@@ -267,18 +285,19 @@ def test_the_host_emulation_fails_a_wrong_permutation(host_harness, tmp_path) ->
 # ---- GPU ----------------------------------------------------------------------------------------------------
 
 
-def _check_gpu(group_size, symmetric, size, dtype) -> None:
-    args = _inputs(group_size, symmetric, size, dtype, device="cuda")
-    out = lowbit.linear_w4.impls[NAME].fn(*args)
+def _check_gpu(group_size, symmetric, size, dtype, bits=4) -> None:
+    args = _inputs(group_size, symmetric, size, dtype, device="cuda", bits=bits)
+    out = lowbit.OPS[bits].impls[NAME].fn(*args)
     assert out.shape == size[:2] and out.dtype == dtype
-    assert_matches_reference(out, lowbit.linear_w4.reference, *args)
+    assert_matches_reference(out, lowbit.OPS[bits].reference, *args)
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("n, k", [(4096, 4096), (14336, 4096), (4096, 14336)])
+@pytest.mark.parametrize("bits, group_size, symmetric", [(4, 128, False), (8, None, True)])
 @pytest.mark.parametrize("m", [1, 16])
-def test_it_matches_the_reference_at_the_target_weights_on_gpu(m, n, k) -> None:
-    _check_gpu(128, False, (m, n, k), torch.bfloat16)
+def test_it_matches_the_reference_at_the_target_weights_on_gpu(m, bits, group_size, symmetric, n, k) -> None:
+    _check_gpu(group_size, symmetric, (m, n, k), torch.bfloat16, bits)
 
 
 @pytest.mark.gpu
@@ -286,6 +305,8 @@ def test_it_matches_the_reference_at_the_target_weights_on_gpu(m, n, k) -> None:
 def test_every_m_and_each_quantization_on_gpu(dtype) -> None:
     for m in range(1, 17):
         _check_gpu(128, False, (m, 1000, 1024), dtype)
-    for group_size, symmetric, size in [(None, False, (2, 40, 128)), (32, True, (5, 1001, 4096)),
-                                        (64, False, (16, 17, 640)), (128, True, (1, 14336, 128))]:
-        _check_gpu(group_size, symmetric, size, dtype)
+        _check_gpu(None, True, (m, 1000, 1024), dtype, bits=8)
+    for bits, group_size, symmetric, size in [(4, None, False, (2, 40, 128)), (4, 32, True, (5, 1001, 4096)),
+                                              (4, 64, False, (16, 17, 640)), (4, 128, True, (1, 14336, 128)),
+                                              (8, 16, False, (3, 1001, 192)), (8, 64, False, (9, 40, 4096))]:
+        _check_gpu(group_size, symmetric, size, dtype, bits)

@@ -21,7 +21,7 @@ dequantize kernel, then cuBLAS), ``triton_auto`` (one of those by M: launch.pick
 (torch_packed.py). For M <= 16 (SKIPPED with the reason past it, or where the kernel does not apply; launched by
 gemv_launch.py): ``triton_gemv_unrolled`` (every op: triton_gemv's kernel with 4 word tiles loaded a step before
 any is expanded), ``cuda_gemv`` (linear_w4 and linear_w8, bf16 and fp16: gemv.cu, a warp per 2 rows) and
-``cuda_gemv_mma`` (linear_w4, bf16 and fp16: gemv_mma.cu, codes made 16-bit floats for mma.sync).
+``cuda_gemv_mma`` (linear_w4 and linear_w8, bf16 and fp16: gemv_mma.cu, codes made 16-bit floats for mma.sync).
 
 "Faster than bf16" compares with F.linear on a dense weight of the same shape. That is not an impl: an impl sees
 only the op's inputs (the quantized weight), and building a dense weight inside it would time the build;
@@ -162,7 +162,7 @@ WIDE_CODE_IMPLS: dict[str, tuple[Runner, Callable[[int], list[Any]], list[torch.
                   "CUDA GEMV for M <= 16: a warp per 2 rows, 4 x 16-byte loads a row in flight a lane, "
                   "every load serving all rows of x (gemv.cu)"),
     "cuda_gemv_mma": (gemv_launch.cuda_gemv_mma, gemv_launch.mma_kernels_for, list(gemv_launch.DTYPES),
-                      "CUDA int4 GEMV for M <= 16 on tensor cores: two codes a LOP3 into 16-bit floats, "
+                      "CUDA GEMV for M <= 16 on tensor cores: two codes a LOP3 into 16-bit floats, "
                       "mma.sync m16n8k16 (gemv_mma.cu)"),
 }
 
@@ -188,8 +188,7 @@ for _bits, _op in OPS.items():
         _register(_op, _bits, _name, _runner, [], _doc)
     if _bits in gemv_launch.BITS:
         for _name, (_runner, _kernels_for, _dtypes, _doc) in WIDE_CODE_IMPLS.items():
-            if _kernels_for(_bits):  # cuda_gemv_mma: int4 only
-                _register(_op, _bits, _name, _runner, _kernels_for(_bits), _doc, _dtypes)
+            _register(_op, _bits, _name, _runner, _kernels_for(_bits), _doc, _dtypes)
 
 
 def __getattr__(name: str) -> Any:

@@ -108,54 +108,55 @@ def cuda_gemv(p: Problem) -> torch.Tensor:
     return y
 
 
-# gemv_mma.cu: int4 on tensor cores. A block of 8 warps owns 16 rows; each lane reads 16-byte chunks of 32 codes, a
-# quad 128 codes of a row (a K block); x rows are the MMA's N, 8 a fragment.
+# gemv_mma.cu: int4 and int8 on tensor cores. A block of 8 warps owns 16 rows; each lane reads 16-byte chunks, a
+# quad 4 chunks of a row (a K block: 128 int4 or 64 int8 codes); x rows are the MMA's N, 8 a fragment.
 MMA_M_TILES = (8, 16)
 MMA_ROWS_PER_BLOCK = 16
 MMA_THREADS = 256
-MMA_BLOCK_CODES = 128
 
 
-def mma_kernel_name(dtype: torch.dtype, m_tile: int) -> str:
+def mma_kernel_name(bits: int, dtype: torch.dtype, m_tile: int) -> str:
     """'lowbit_gemv_mma_w4_bf16_m8_kernel': the extern "C" name in gemv_mma.cu."""
-    return f"lowbit_gemv_mma_w4_{DTYPES[dtype]}_m{m_tile}_kernel"
+    return f"lowbit_gemv_mma_w{bits}_{DTYPES[dtype]}_m{m_tile}_kernel"
 
 
-MMA_KERNELS: dict[tuple[torch.dtype, int], CudaKernel] = {
-    (dtype, m): cuda_kernel("gemv_mma.cu", mma_kernel_name(dtype, m),
-                            options=(f"-DLOWBIT_GEMV_MMA_{mma_kernel_name(dtype, m)}",))
-    for dtype in DTYPES for m in MMA_M_TILES
+MMA_KERNELS: dict[tuple[int, torch.dtype, int], CudaKernel] = {
+    (bits, dtype, m): cuda_kernel("gemv_mma.cu", mma_kernel_name(bits, dtype, m),
+                                  options=(f"-DLOWBIT_GEMV_MMA_{mma_kernel_name(bits, dtype, m)}",))
+    for bits in BITS for dtype in DTYPES for m in MMA_M_TILES
 }
 
 
 def mma_kernels_for(bits: int) -> list[CudaKernel]:
-    """The kernels cuda_gemv_mma launches for ``bits``-bit codes: int4 only (an 8-bit code does not fit the
-    mantissa of a bf16)."""
-    return list(MMA_KERNELS.values()) if bits == 4 else []
+    """The kernels cuda_gemv_mma may launch for ``bits``-bit codes (none for 2 bits)."""
+    return [kernel for (b, _, _), kernel in MMA_KERNELS.items() if b == bits]
 
 
 def mma_unsupported(p: Problem) -> str | None:
-    """Why gemv_mma.cu cannot take this call, or None: int4 codes, bf16 or fp16 activations with scales in that
-    dtype, M <= 16, K a multiple of 128 (whole K blocks of a quad), groups of at least 32 codes (a lane's chunk)."""
+    """Why gemv_mma.cu cannot take this call, or None: 4- or 8-bit codes, bf16 or fp16 activations with scales in
+    that dtype, M <= 16, K in whole blocks of a quad (4 chunks of 16 bytes: 128 int4 or 64 int8 codes), groups of
+    at least a lane's chunk (32 int4 or 16 int8 codes)."""
     s, dtype = p.shape, p.x.dtype
-    if p.bits != 4:
-        return f"cuda_gemv_mma reads 4-bit codes, not {p.bits}-bit (an 8-bit code does not fit a bf16's mantissa)"
+    if p.bits not in BITS:
+        return f"cuda_gemv_mma reads 4- and 8-bit codes, not {p.bits}-bit"
     if dtype not in DTYPES:
         return f"cuda_gemv_mma takes bfloat16 and float16 activations, not {dtype}"
     if p.scales.dtype != dtype:
         return f"cuda_gemv_mma takes scales in the activation dtype ({dtype}), got {p.scales.dtype}"
     if s.m > MAX_M:
         return f"cuda_gemv_mma takes M <= {MAX_M} rows (x's rows are the MMA's N), got M = {s.m}"
-    if s.k % MMA_BLOCK_CODES:
-        return f"cuda_gemv_mma reads K in blocks of {MMA_BLOCK_CODES} codes: got K = {s.k}"
-    if p.group_size is not None and p.group_size < 32:
-        return f"cuda_gemv_mma scales a lane's 32 codes at once: group_size must be at least 32, got {p.group_size}"
+    chunk = codes_per_chunk(p.bits)
+    if s.k % (4 * chunk):
+        return f"cuda_gemv_mma reads K in blocks of {4 * chunk} codes at {p.bits} bits: got K = {s.k}"
+    if p.group_size is not None and p.group_size < chunk:
+        return (f"cuda_gemv_mma scales a lane's {chunk} codes at once: group_size must be at least {chunk} at "
+                f"{p.bits} bits, got {p.group_size}")
     return None
 
 
 def cuda_gemv_mma(p: Problem) -> torch.Tensor:
-    """y (M, N) in x's dtype: one launch of gemv_mma.cu's kernel for (dtype, M tile); BackendUnavailable where
-    ``mma_unsupported`` gives a reason."""
+    """y (M, N) in x's dtype: one launch of gemv_mma.cu's kernel for (bits, dtype, M tile); BackendUnavailable
+    where ``mma_unsupported`` gives a reason."""
     reason = mma_unsupported(p)
     if reason is not None:
         raise BackendUnavailable(reason)
@@ -164,9 +165,9 @@ def cuda_gemv_mma(p: Problem) -> torch.Tensor:
     y = torch.empty((s.m, s.n), dtype=x.dtype, device=x.device)
     shift = PER_CHANNEL_SHIFT if p.group_size is None else p.group_size.bit_length() - 1
     zeros = p.zeros if p.zeros is not None else packed.view(torch.uint8)  # never read when symmetric
-    kernel = MMA_KERNELS[x.dtype, next(t for t in MMA_M_TILES if t >= s.m)]
+    kernel = MMA_KERNELS[p.bits, x.dtype, next(t for t in MMA_M_TILES if t >= s.m)]
     kernel.launch(cdiv(s.n, MMA_ROWS_PER_BLOCK), MMA_THREADS, x, packed, p.scales, zeros, y, s.m, s.n,
-                  s.k // 32, s.groups, shift, int(p.zeros is not None))
+                  s.k // codes_per_chunk(p.bits), s.groups, shift, int(p.zeros is not None))
     return y
 
 
