@@ -24,6 +24,7 @@ import dataclasses
 import enum
 import json
 import struct
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -55,12 +56,23 @@ def register(cls: type) -> type:
     return cls
 
 
-def encode(value: Any) -> bytes:
-    """``value`` as one message (see the module doc)."""
-    blobs: list[bytes] = []
+def encode(value: Any) -> bytearray:
+    """``value`` as one message (see the module doc). Each tensor's bytes are copied once, from its storage (on the
+    host, after a device's copy) into the message."""
+    blobs: list[Any] = []  # bytes, or a tensor's host storage as a uint8 numpy array (not copied yet)
     body = _encode(value, blobs)
-    header = json.dumps({"value": body, "blobs": [len(b) for b in blobs]}, separators=(",", ":")).encode()
-    return b"".join([_HEADER.pack(len(header)), header, *blobs])
+    sizes = [len(b) for b in blobs]
+    header = json.dumps({"value": body, "blobs": sizes}, separators=(",", ":")).encode()
+    message = bytearray(_HEADER.size + len(header) + sum(sizes))
+    view = memoryview(message)
+    _HEADER.pack_into(view, 0, len(header))
+    at = _HEADER.size
+    view[at:at + len(header)] = header
+    at += len(header)
+    for blob, size in zip(blobs, sizes, strict=True):
+        view[at:at + size] = blob if isinstance(blob, bytes | memoryview) else memoryview(blob).cast("B")
+        at += size
+    return message
 
 
 def decode(data: bytes | memoryview, device: str | None = None) -> Any:
@@ -97,7 +109,7 @@ def decode(data: bytes | memoryview, device: str | None = None) -> Any:
 # ---- encoding -----------------------------------------------------------------------------------------------------
 
 
-def _encode(value: Any, blobs: list[bytes]) -> Any:
+def _encode(value: Any, blobs: list[Any]) -> Any:
     if isinstance(value, enum.Enum):  # before str: kernelkit's Status is a str Enum
         name = f"{type(value).__module__}.{type(value).__qualname__}"
         return {"__enum__": [name, value.value]} if name in _ENUMS else {"__opaque__": type(value).__name__}
@@ -105,8 +117,8 @@ def _encode(value: Any, blobs: list[bytes]) -> Any:
         return value
     if isinstance(value, (int, float)) and type(value) in (int, float):
         return value
-    if isinstance(value, (bytes, bytearray, memoryview)):
-        return {"__bytes__": _blob(bytes(value), blobs)}
+    if isinstance(value, (bytes, bytearray, memoryview)):  # copied once, into the message
+        return {"__bytes__": _blob(value if isinstance(value, bytes) else memoryview(value).cast("B"), blobs)}
     if type(value) in (list, tuple):
         items = [_encode(v, blobs) for v in value]
         return items if type(value) is list else {"__tuple__": items}
@@ -124,12 +136,12 @@ def _encode(value: Any, blobs: list[bytes]) -> Any:
     return tensor if tensor is not None else {"__opaque__": type(value).__name__}
 
 
-def _blob(data: bytes, blobs: list[bytes]) -> int:
+def _blob(data: Any, blobs: list[Any]) -> int:
     blobs.append(data)
     return len(blobs) - 1
 
 
-def _tensor_header(value: Any, blobs: list[bytes]) -> dict[str, Any] | None:
+def _tensor_header(value: Any, blobs: list[Any]) -> dict[str, Any] | None:
     import sys
 
     torch = sys.modules.get("torch")
@@ -137,7 +149,7 @@ def _tensor_header(value: Any, blobs: list[bytes]) -> dict[str, Any] | None:
         return None
     storage = value.detach().untyped_storage()
     raw = torch.empty(0, dtype=torch.uint8, device=value.device).set_(storage).cpu()
-    data = raw.numpy().tobytes() if raw.numel() else b""
+    data = raw.numpy() if raw.numel() else b""  # copied into the message by encode
     return {"__tensor__": {"dtype": str(value.dtype).removeprefix("torch."), "shape": list(value.shape),
                            "stride": list(value.stride()), "offset": value.storage_offset(),
                            "device": str(value.device), "blob": _blob(data, blobs)}}
@@ -205,7 +217,14 @@ def _tensor(spec: dict[str, Any], blob: Callable[[Any], memoryview], device: str
         raise WireError(f"a bad tensor header: {exc}") from None
     if not isinstance(dtype, torch.dtype):
         raise WireError(f"not a dtype: {spec['dtype']!r}")
-    raw = torch.frombuffer(bytearray(data), dtype=torch.uint8) if len(data) else torch.empty(0, dtype=torch.uint8)
+    if not len(data):
+        raw = torch.empty(0, dtype=torch.uint8)
+    elif where.type == "cpu":
+        raw = torch.frombuffer(bytearray(data), dtype=torch.uint8)  # a writable copy of its own
+    else:  # read in place: the copy to the device is the tensor's own
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # "the buffer is not writable": it is only read
+            raw = torch.frombuffer(data, dtype=torch.uint8)
     needed = (offset + sum((n - 1) * s for n, s in zip(shape, stride, strict=True)) + 1) * dtype.itemsize \
         if all(shape) else 0
     if needed > raw.numel():

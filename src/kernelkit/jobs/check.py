@@ -320,14 +320,15 @@ def _poison_free_memory(expected: Sequence[torch.Tensor]) -> None:
 def judge(
     outs: Sequence[Any], refs: Sequence[torch.Tensor], los: Sequence[torch.Tensor], atol: float, rtol: float, *,
     inputs: Sequence[Any] = (), snapshot: Sequence[Any] | None = None, errors: Sequence[float] | None = None,
-    kinds: tuple[str, str] | None = None,
+    kinds: tuple[str, str] | None = None, changed: Sequence[int] | None = None,
 ) -> verify.Verdict:
     """The order of the checks of one call, written once: its inputs untouched (when a ``snapshot`` of them is
-    given), then the kind of its return value (``kinds``: what it returned and what the reference returns, as
+    given, or the positions ``changed`` as the worker that ran it found them), then the kind of its return value (``kinds``: what it returned and what the reference returns, as
     verify.check_kind reads them), its outputs' structure (count, kind, shape, dtype, device), then their values
     against the reference ``refs`` (tolerance: ``atol``/``rtol`` plus twice the low-precision reference ``los``'s
     own error)."""
-    changed = verify.mutated_inputs(inputs, snapshot) if snapshot is not None else []
+    if changed is None:
+        changed = verify.mutated_inputs(inputs, snapshot) if snapshot is not None else []
     if changed:
         which = ", ".join(f"argument {i}" for i in changed)
         return verify.Verdict(Status.INPUT_MUTATED, f"the impl changed its input ({which}); write to a new tensor")

@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from kernelkit import backends, wire
+from kernelkit import backends, verify, wire
 from kernelkit.errors import BackendUnavailable, CompileError, describe_exception
 from kernelkit.jobs import OnBuilt, caught_warnings, guards, unique
 from kernelkit.jobs.check import describe_compile_error
@@ -54,7 +54,9 @@ class CallRecord:
 
     kind: str = ""  # "tensor", "tuple", "list" or another type's name: what the call returned
     outputs: bytes = b""  # pack() of the outputs (host copies taken once the call's stream was done)
-    inputs_after: bytes = b""
+    # Arguments whose contents the call changed, compared here with the set as it came (bitwise): the inputs do not
+    # travel back. What a worker says here can only hide its own mutation; the judge's inputs are its own.
+    mutated: list[int] = field(default_factory=list)
     subclasses: list[str] = field(default_factory=list)  # outputs of a torch.Tensor subclass (type names)
     threads: list[str] = field(default_factory=list)
     late: list[int] = field(default_factory=list)  # outputs that changed after the call returned
@@ -141,6 +143,7 @@ class StrictCallJob:
                 record = CallRecord()
                 try:
                     self._call(impl.fn, inputs, device, number, record, kept, guarded, streams)
+                    record.mutated = verify.mutated_inputs([_host(x) for x in inputs], unpack(self.sets[which], "cpu"))
                 except BackendUnavailable as exc:  # raised by the impl: it cannot run here (as in a plain check)
                     reply.status, reply.message = Status.SKIPPED, str(exc)
                     return reply
@@ -206,11 +209,15 @@ class StrictCallJob:
                 record.poisoned.append(i)
         kept.extend((number, o) for o in outs if isinstance(o, torch.Tensor))
         record.outputs = pack([f if f is not None else o for f, o in zip(first, outs, strict=True)])
-        record.inputs_after = pack(inputs)
         record.kind += "|" + ",".join(str(o.device) if isinstance(o, torch.Tensor) else "" for o in outs)
         if prof is not None:
             record.kernels, off = _device_kernels(prof)
             record.streams.extend(off)
+
+
+def _host(value: Any) -> Any:
+    """A tensor argument's contents on the host (the set it came from is decoded there to compare with)."""
+    return value.detach().cpu() if isinstance(value, torch.Tensor) else value
 
 
 def _build_failure(exc: BaseException) -> tuple[Status, str]:

@@ -229,9 +229,7 @@ def _judge_call(number: int, which: int, record: CallRecord, prepared: Prepared,
     places = devices.split(",")
     outs = tuple(o.to(places[i]) if isinstance(o, torch.Tensor) and places[i] else o
                  for i, o in enumerate(unpack(record.outputs, "cpu")))
-    after = unpack(record.inputs_after)
-    verdict = _judge(outs, prepared.refs[which], prepared.los[which], atol, rtol, inputs=after,
-                     snapshot=prepared.inputs[which])
+    verdict = _judge(outs, prepared.refs[which], prepared.los[which], atol, rtol, changed=record.mutated)
     comparisons.append(verdict.comparison)
     if record.aliases and verdict.status is Status.PASSED:
         i, j = record.aliases[0]
