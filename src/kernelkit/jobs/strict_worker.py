@@ -7,6 +7,7 @@ the outputs and inputs as bytes and what the guards saw. It never holds a refere
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -131,9 +132,12 @@ class StrictCallJob:
         streams = guards.StreamWatch(device == "cuda" and guarded)
         watch = guards.LaunchWatch(impl.kernels, streams)
         built = backends.build_state(op, impl)
+        spent = dict.fromkeys(("unpack", "calls", "compare"), 0.0)  # seconds, for the judge's breakdown
         with watch:
             for number, (which, placement) in enumerate(self.plan):
+                clock = time.perf_counter()
                 inputs = unpack(self.sets[which], device)
+                spent["unpack"] += time.perf_counter() - clock
                 if placement == "inplace" and previous:
                     with torch.no_grad():
                         for old, new in zip(previous, inputs, strict=True):
@@ -142,8 +146,12 @@ class StrictCallJob:
                     inputs = previous
                 record = CallRecord()
                 try:
+                    clock = time.perf_counter()
                     self._call(impl.fn, inputs, device, number, record, kept, guarded, streams)
+                    spent["calls"] += time.perf_counter() - clock  # the call, its guards, profile and packed outputs
+                    clock = time.perf_counter()
                     record.mutated = verify.mutated_inputs([_host(x) for x in inputs], unpack(self.sets[which], "cpu"))
+                    spent["compare"] += time.perf_counter() - clock
                 except BackendUnavailable as exc:  # raised by the impl: it cannot run here (as in a plain check)
                     reply.status, reply.message = Status.SKIPPED, str(exc)
                     return reply
@@ -160,6 +168,7 @@ class StrictCallJob:
                 previous = inputs
                 reply.tampered = unique([*reply.tampered, *SEAL.tampered()])
         reply.launches = dict(watch.launches)
+        reply.details["strict_s"] = spent
         return reply
 
     def _call(self, fn: Any, inputs: tuple[Any, ...], device: str, number: int, record: CallRecord,

@@ -130,11 +130,16 @@ def _strict(result: CaseResult, case: Case, op: Op, device: str, run: Any, tampe
         result.status = Status.CHEATED
         result.message = guards.describe_tampering(list(tampered_here), "loading the target")
         return
+    clock = time.perf_counter()
     prepared = prepare(op, case, device, probes, timeout)
     again = probes or options.determinism  # call 2: call 0's inputs again, in new memory
     plan = [(0, "new"), (1, "inplace")] + ([(0, "new")] if again else []) + ([(2, "new")] if prepared.off_size else [])
     job = StrictCallJob(case, tuple(pack(x) for x in prepared.inputs), tuple(plan))
+    spent = result.details.setdefault("strict_s", {})  # where a strict case's time goes (scripts/gpu-strict)
+    spent["prepare"], clock = time.perf_counter() - clock, time.perf_counter()
     reply: StrictReply = run(job)
+    spent["worker"], clock = time.perf_counter() - clock, time.perf_counter()
+    spent.update({f"worker_{k}": v for k, v in reply.details.pop("strict_s", {}).items()})
     result.backend = reply.backend
     result.warnings = list(reply.warnings)
     if reply.log:
@@ -155,6 +160,7 @@ def _strict(result: CaseResult, case: Case, op: Op, device: str, run: Any, tampe
     worst: list[Any] = []  # the comparison of each call judged, for the result's errors
     for number, ((which, _), record) in enumerate(zip(plan, reply.calls, strict=False)):
         verdict = _judge_call(number, which, record, prepared, outputs, atol, rtol, worst)
+        spent["judge"] = time.perf_counter() - clock
         if worst and worst[0] is not None and result.max_abs_err is None:
             result.max_abs_err, result.max_rel_err = worst[0].max_abs_err, worst[0].max_rel_err
         if verdict is not None:
