@@ -6,9 +6,13 @@ report's statuses asserted or shown compactly."""
 from __future__ import annotations
 
 import math
+import shutil
+import subprocess
 from collections.abc import Callable, Collection, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
+import pytest
 import torch
 
 import kernelkit as kk
@@ -185,3 +189,27 @@ class KernelSpy:
     def __getattr__(self, name: str) -> Any:
         self.used.append(name)
         return getattr(self.module, name)
+
+
+# ---- host builds of CUDA sources (their __host__ __device__ lane code run on the CPU) --------------------------
+
+
+def nvcc_host_build(folder: Path, harness: str, include_dir: Path) -> str:
+    """``harness`` (C++ that includes a kernel source from ``include_dir``) built for the host by nvcc into
+    ``folder``; the test is skipped where nvcc is missing. Returns the executable's path."""
+    nvcc = shutil.which("nvcc")
+    if nvcc is None:
+        pytest.skip("nvcc is not here: the host build of a kernel's lane code needs it")
+    (folder / "harness.cu").write_text(harness)
+    subprocess.run([nvcc, "-std=c++17", "-O1", f"-I{include_dir}", "-o", str(folder / "harness"),
+                    str(folder / "harness.cu")], check=True, capture_output=True, timeout=300)
+    return str(folder / "harness")
+
+
+def write_lowbit_args(folder: Path, x: torch.Tensor, packed: torch.Tensor, scales: torch.Tensor,
+                      zeros: torch.Tensor | None) -> None:
+    """A low-bit linear call's tensors as the host harnesses read them: x.bin, w.bin, s.bin, z.bin (raw bytes;
+    16-bit floats as int16, no zeros as an empty file)."""
+    for name, t in (("x", x.view(torch.int16)), ("w", packed), ("s", scales.view(torch.int16)),
+                    ("z", zeros if zeros is not None else torch.zeros(0, dtype=torch.uint8))):
+        t.contiguous().numpy().tofile(folder / f"{name}.bin")

@@ -8,7 +8,6 @@ M tile, ragged N, each quantization, fp16, and a misaligned x.
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -21,7 +20,7 @@ from kernelkit.errors import BackendUnavailable
 from kernelkit.ops import lowbit
 from kernelkit.ops.lowbit import gemv_launch
 from kernelkit.ops.lowbit import inputs as lowbit_inputs
-from opkit import assert_matches_reference
+from opkit import assert_matches_reference, nvcc_host_build, write_lowbit_args
 
 CPU = torch.device("cpu")
 
@@ -247,15 +246,7 @@ HOST_CASES = [
 
 @pytest.fixture(scope="module")
 def host_harness(tmp_path_factory: pytest.TempPathFactory) -> str:
-    nvcc = shutil.which("nvcc")
-    if nvcc is None:
-        pytest.skip("nvcc is not here: the host build of gemv.cu needs it")
-    folder = tmp_path_factory.mktemp("gemv_host")
-    (folder / "harness.cu").write_text(HOST_HARNESS)
-    source_dir = Path(gemv_launch.__file__).parent
-    subprocess.run([nvcc, "-std=c++17", "-O1", f"-I{source_dir}", "-o", str(folder / "harness"),
-                    str(folder / "harness.cu")], check=True, capture_output=True, timeout=300)
-    return str(folder / "harness")
+    return nvcc_host_build(tmp_path_factory.mktemp("gemv_host"), HOST_HARNESS, Path(gemv_launch.__file__).parent)
 
 
 @pytest.mark.parametrize("bits, group_size, symmetric, size, dtype, kernel", HOST_CASES)
@@ -266,9 +257,7 @@ def test_cuda_gemv_lanes_match_the_reference_on_the_host(bits, group_size, symme
     codes = gemv_launch.codes_per_chunk(bits)
     shift = gemv_launch.PER_CHANNEL_SHIFT if group_size is None else (group_size // codes).bit_length() - 1
     assert gemv_launch.kernel_name(bits, dtype, gemv_launch.m_tile(m)) == kernel
-    for name, t in (("x", x.view(torch.int16)), ("w", packed), ("s", scales.view(torch.int16)),
-                    ("z", zeros if zeros is not None else torch.zeros(0, dtype=torch.uint8))):
-        t.contiguous().numpy().tofile(tmp_path / f"{name}.bin")
+    write_lowbit_args(tmp_path, x, packed, scales, zeros)
     subprocess.run([host_harness, str(tmp_path), kernel, str(m), str(n), str(k // codes), str(scales.shape[1]),
                     str(shift), str(int(zeros is not None))], check=True, timeout=60)
     y = torch.from_numpy(np.fromfile(tmp_path / "y.bin", dtype=np.float32)).view(m, n)

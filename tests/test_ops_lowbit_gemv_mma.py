@@ -8,7 +8,6 @@ quantization.
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -21,7 +20,7 @@ from kernelkit.errors import BackendUnavailable
 from kernelkit.ops import lowbit
 from kernelkit.ops.lowbit import gemv_launch
 from kernelkit.ops.lowbit import inputs as lowbit_inputs
-from opkit import assert_matches_reference
+from opkit import assert_matches_reference, nvcc_host_build, write_lowbit_args
 
 NAME = "cuda_gemv_mma"
 
@@ -240,15 +239,7 @@ HOST_CASES = [
 
 @pytest.fixture(scope="module")
 def host_harness(tmp_path_factory: pytest.TempPathFactory) -> str:
-    nvcc = shutil.which("nvcc")
-    if nvcc is None:
-        pytest.skip("nvcc is not here: the host build of gemv_mma.cu needs it")
-    folder = tmp_path_factory.mktemp("gemv_mma_host")
-    (folder / "harness.cu").write_text(HOST_HARNESS)
-    source_dir = Path(gemv_launch.__file__).parent
-    subprocess.run([nvcc, "-std=c++17", "-O1", f"-I{source_dir}", "-o", str(folder / "harness"),
-                    str(folder / "harness.cu")], check=True, capture_output=True, timeout=300)
-    return str(folder / "harness")
+    return nvcc_host_build(tmp_path_factory.mktemp("gemv_mma_host"), HOST_HARNESS, Path(gemv_launch.__file__).parent)
 
 
 @pytest.mark.parametrize("bits, group_size, symmetric, size, dtype", HOST_CASES)
@@ -257,9 +248,7 @@ def test_a_warp_s_fragments_match_the_reference_on_the_host(bits, group_size, sy
     x, packed, scales, zeros, group_size = args = _inputs(group_size, symmetric, size, dtype, seed=1, bits=bits)
     m, n, k = size
     shift = gemv_launch.PER_CHANNEL_SHIFT if group_size is None else group_size.bit_length() - 1
-    for name, t in (("x", x.view(torch.int16)), ("w", packed), ("s", scales.view(torch.int16)),
-                    ("z", zeros if zeros is not None else torch.zeros(0, dtype=torch.uint8))):
-        t.contiguous().numpy().tofile(tmp_path / f"{name}.bin")
+    write_lowbit_args(tmp_path, x, packed, scales, zeros)
     tile = 8 if m <= 8 else 16
     subprocess.run([host_harness, str(tmp_path), str(bits), gemv_launch.DTYPES[dtype], str(tile), str(m), str(n),
                     str(k // gemv_launch.codes_per_chunk(bits)), str(scales.shape[1]), str(shift),
@@ -273,8 +262,7 @@ def test_the_host_emulation_fails_a_wrong_permutation(host_harness, tmp_path) ->
     # assume broken) give a wrong answer.
     x, packed, scales, zeros, group_size = args = _inputs(128, False, (1, 32, 128), torch.bfloat16, seed=2)
     swapped = x.view(1, -1, 2, 8).flip(2).reshape(1, -1)
-    for name, t in (("x", swapped.view(torch.int16)), ("w", packed), ("s", scales.view(torch.int16)), ("z", zeros)):
-        t.contiguous().numpy().tofile(tmp_path / f"{name}.bin")
+    write_lowbit_args(tmp_path, swapped, packed, scales, zeros)
     subprocess.run([host_harness, str(tmp_path), "4", "bf16", "8", "1", "32", "4", "1", "7", "1"], check=True,
                    timeout=60)
     y = torch.from_numpy(np.fromfile(tmp_path / "y.bin", dtype=np.float32)).view(1, 32)
