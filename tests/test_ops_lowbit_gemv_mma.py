@@ -43,8 +43,8 @@ def test_it_is_an_int4_and_int8_impl_in_16_bit_dtypes_with_four_kernels_each() -
 
 @pytest.mark.parametrize("bits, group_size, size, dtype, reason", [
     (4, 128, (17, 8, 128), torch.bfloat16, "M <= 16 rows.*got M = 17"),
-    (4, 32, (1, 8, 96), torch.bfloat16, "blocks of 128 codes at 4 bits: got K = 96"),
-    (8, 16, (1, 8, 96), torch.bfloat16, "blocks of 64 codes at 8 bits: got K = 96"),
+    (4, 32, (1, 8, 96), torch.bfloat16, "multiple of 128 at 4 bits, got K = 96"),
+    (8, 16, (1, 8, 96), torch.bfloat16, "multiple of 64 at 8 bits, got K = 96"),
     (4, 16, (1, 8, 128), torch.float16, "group_size must be at least 32 at 4 bits, got 16"),
     (8, 8, (1, 8, 128), torch.float16, "group_size must be at least 16 at 8 bits, got 8"),
     (4, 128, (1, 8, 128), torch.float32, "bfloat16 and float16 activations, not torch.float32"),

@@ -323,8 +323,9 @@ def judge(
     kinds: tuple[str, str] | None = None, changed: Sequence[int] | None = None,
 ) -> verify.Verdict:
     """The order of the checks of one call, written once: its inputs untouched (when a ``snapshot`` of them is
-    given, or the positions ``changed`` as the worker that ran it found them), then the kind of its return value (``kinds``: what it returned and what the reference returns, as
-    verify.check_kind reads them), its outputs' structure (count, kind, shape, dtype, device), then their values
+    given, or the positions ``changed`` as the worker that ran it found them), then the kind of its return value
+    (``kinds``: what it returned and what the reference returns, as verify.check_kind reads them), its outputs'
+    structure (count, kind, shape, dtype, device), then their values
     against the reference ``refs`` (tolerance: ``atol``/``rtol`` plus twice the low-precision reference ``los``'s
     own error)."""
     if changed is None:

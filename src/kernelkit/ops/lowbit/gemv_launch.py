@@ -61,25 +61,32 @@ def m_tile(m: int) -> int:
     return next(t for t in M_TILES if t >= m)
 
 
-def cuda_unsupported(p: Problem) -> str | None:
-    """Why the kernel cannot take this call, or None. It reads whole 16-byte chunks of a row (K a multiple of 32
-    codes at 4 bits, 16 at 8), each chunk in one group, scales in the activation dtype, at most MAX_M rows."""
+def _unsupported(p: Problem, name: str, k_block: int, rows: str) -> str | None:
+    """Why a CUDA GEMV of gemv.cu or gemv_mma.cu cannot take this call, or None: both read 4- and 8-bit codes in
+    16-byte chunks (each chunk in one group) with bf16 or fp16 activations and scales in that dtype, at most MAX_M
+    rows (``rows``: why), K in whole blocks of ``k_block`` codes."""
     s, dtype = p.shape, p.x.dtype
     if p.bits not in BITS:
-        return f"cuda_gemv reads 4- and 8-bit codes, not {p.bits}-bit"
+        return f"{name} reads 4- and 8-bit codes, not {p.bits}-bit"
     if dtype not in DTYPES:
-        return f"cuda_gemv takes bfloat16 and float16 activations, not {dtype}"
+        return f"{name} takes bfloat16 and float16 activations, not {dtype}"
     if p.scales.dtype != dtype:
-        return f"cuda_gemv takes scales in the activation dtype ({dtype}), got {p.scales.dtype}"
+        return f"{name} takes scales in the activation dtype ({dtype}), got {p.scales.dtype}"
     if s.m > MAX_M:
-        return f"cuda_gemv takes M <= {MAX_M} rows (a GEMV or small GEMM on CUDA cores), got M = {s.m}"
-    codes = codes_per_chunk(p.bits)
-    if s.k % codes:
-        return f"cuda_gemv reads 16-byte chunks: K must be a multiple of {codes} at {p.bits} bits, got K = {s.k}"
-    if p.group_size is not None and p.group_size < codes:
-        return f"cuda_gemv scales whole chunks: group_size must be at least {codes} at {p.bits} bits, got " \
-               f"{p.group_size}"
+        return f"{name} takes M <= {MAX_M} rows ({rows}), got M = {s.m}"
+    chunk = codes_per_chunk(p.bits)
+    if s.k % k_block:
+        return f"{name} reads K in blocks of {k_block} codes: K must be a multiple of {k_block} at {p.bits} bits, " \
+               f"got K = {s.k}"
+    if p.group_size is not None and p.group_size < chunk:
+        return f"{name} scales a lane's {chunk} codes at once: group_size must be at least {chunk} at {p.bits} " \
+               f"bits, got {p.group_size}"
     return None
+
+
+def cuda_unsupported(p: Problem) -> str | None:
+    """Why gemv.cu cannot take this call, or None: K a multiple of a chunk (32 int4 or 16 int8 codes)."""
+    return _unsupported(p, "cuda_gemv", codes_per_chunk(p.bits), "a GEMV or small GEMM on CUDA cores")
 
 
 def _aligned(t: torch.Tensor) -> torch.Tensor:
@@ -133,25 +140,9 @@ def mma_kernels_for(bits: int) -> list[CudaKernel]:
 
 
 def mma_unsupported(p: Problem) -> str | None:
-    """Why gemv_mma.cu cannot take this call, or None: 4- or 8-bit codes, bf16 or fp16 activations with scales in
-    that dtype, M <= 16, K in whole blocks of a quad (4 chunks of 16 bytes: 128 int4 or 64 int8 codes), groups of
-    at least a lane's chunk (32 int4 or 16 int8 codes)."""
-    s, dtype = p.shape, p.x.dtype
-    if p.bits not in BITS:
-        return f"cuda_gemv_mma reads 4- and 8-bit codes, not {p.bits}-bit"
-    if dtype not in DTYPES:
-        return f"cuda_gemv_mma takes bfloat16 and float16 activations, not {dtype}"
-    if p.scales.dtype != dtype:
-        return f"cuda_gemv_mma takes scales in the activation dtype ({dtype}), got {p.scales.dtype}"
-    if s.m > MAX_M:
-        return f"cuda_gemv_mma takes M <= {MAX_M} rows (x's rows are the MMA's N), got M = {s.m}"
-    chunk = codes_per_chunk(p.bits)
-    if s.k % (4 * chunk):
-        return f"cuda_gemv_mma reads K in blocks of {4 * chunk} codes at {p.bits} bits: got K = {s.k}"
-    if p.group_size is not None and p.group_size < chunk:
-        return (f"cuda_gemv_mma scales a lane's {chunk} codes at once: group_size must be at least {chunk} at "
-                f"{p.bits} bits, got {p.group_size}")
-    return None
+    """Why gemv_mma.cu cannot take this call, or None: K in whole blocks of a quad (4 chunks: 128 int4 or 64 int8
+    codes)."""
+    return _unsupported(p, "cuda_gemv_mma", 4 * codes_per_chunk(p.bits), "x's rows are the MMA's N")
 
 
 def cuda_gemv_mma(p: Problem) -> torch.Tensor:
