@@ -335,6 +335,8 @@ __device__ __forceinline__ void gemv_mma_rows(const T* __restrict__ x_ptr, const
 // Every kernel: grid ceil(N / 16) blocks of 256 threads. x (M, K) with M <= M_TILE, K = chunks x 32 (int4) or 16
 // (int8) codes, whole K blocks of 4 chunks; w (N, chunks) 16-byte chunks; s (N, groups) in x's dtype; z (N,
 // groups) uint8 (read when has_zeros); y (M, N).
+// Spelled out, not made by a macro: the launcher reads each kernel's parameters from this text
+// (backends/cuda/signature.py).
 
 #if defined(LOWBIT_GEMV_MMA_ALL) || defined(LOWBIT_GEMV_MMA_lowbit_gemv_mma_w4_bf16_m8_kernel)
 extern "C" __global__ void __launch_bounds__(gemv_mma::kWarps * gemv_mma::kWarp)
