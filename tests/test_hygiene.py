@@ -8,8 +8,22 @@ import sys
 import time
 
 import psutil
+import pytest
 
 from kernelkit import hygiene
+
+
+@pytest.fixture(autouse=True)
+def own_group():
+    """Each test in a process group of its own: a snapshot counts its group's members, and pytest-xdist's workers
+    share the group they start in, so another worker's subprocess (a compiler, a CLI run) would count here or not
+    by the machine's timing."""
+    old = os.getpgrp()
+    os.setpgid(0, 0)
+    try:
+        yield
+    finally:
+        os.setpgid(0, old)
 
 
 def test_a_switch_that_appears_is_not_a_change_but_one_that_moves_is():
