@@ -67,7 +67,8 @@ def build_driver(kernels: str, folder: Path) -> Path:
     """matmul_driver.cpp built in ``folder`` with ``kernels`` (translated CUDA source) as its kernels.h."""
     (folder / "kernels.h").write_text(kernels)
     binary = folder / "driver"
-    built = subprocess.run([_cxx(), *CXX_FLAGS, f"-I{FIXTURES}", f"-I{folder}", str(FIXTURES / "matmul_driver.cpp"),
+    built = subprocess.run([_cxx(), *CXX_FLAGS, f"-I{FIXTURES}", f"-I{folder}", f"-I{SOURCE.parent}",  # row4.cuh
+                            str(FIXTURES / "matmul_driver.cpp"),
                             "-o", str(binary)], capture_output=True, text=True, check=False)
     assert built.returncode == 0, built.stderr[-4000:]
     return binary

@@ -35,38 +35,7 @@
 #define PL_A_LD (PL_BM + 4)  // padded row of the transposed A tile (528 bytes: float4 loads stay aligned)
 #define PL_STAGES 3          // cp_async: shared tiles in flight (2 loading while 1 is read)
 
-// Row r, columns c..c+3 of a rows x cols row-major matrix; zeros past the edges. VEC: one 16-byte access (the
-// host takes it only when the row length is a multiple of 4 and the pointers are 16-byte aligned, so a group of
-// four starting at a multiple of 4 is wholly inside or wholly past the edge); otherwise four checked accesses.
-template <bool VEC>
-__device__ __forceinline__ float4 pl_load_row4(const float* __restrict__ p, int rows, int cols, int r, int c) {
-    float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    if (r >= rows) return v;
-    const float* q = p + (size_t)r * cols + c;
-    if (VEC) {
-        if (c < cols) v = *reinterpret_cast<const float4*>(q);
-    } else {
-        if (c < cols) v.x = q[0];
-        if (c + 1 < cols) v.y = q[1];
-        if (c + 2 < cols) v.z = q[2];
-        if (c + 3 < cols) v.w = q[3];
-    }
-    return v;
-}
-
-template <bool VEC>
-__device__ __forceinline__ void pl_store_row4(float* __restrict__ p, int rows, int cols, int r, int c, float4 v) {
-    if (r >= rows) return;
-    float* q = p + (size_t)r * cols + c;
-    if (VEC) {
-        if (c < cols) *reinterpret_cast<float4*>(q) = v;
-    } else {
-        if (c < cols) q[0] = v.x;
-        if (c + 1 < cols) q[1] = v.y;
-        if (c + 2 < cols) q[2] = v.z;
-        if (c + 3 < cols) q[3] = v.w;
-    }
-}
+#include "row4.cuh"  // load_row4, store_row4: four floats of a row, zeros past the edges
 
 // A lane's place in the block tile: its results are rows m0 + {0..3, 16..19} and columns n0 + {0..3, 32..35}.
 struct LaneTile {
@@ -108,7 +77,7 @@ __device__ __forceinline__ void store_c(float* __restrict__ c_ptr, int M, int N,
 #pragma unroll
         for (int j = 0; j < 8; j += 4) {
             const int col = col0 + lt.n0 + (j < 4 ? j : 32 + j - 4);
-            pl_store_row4<VEC>(c_ptr, M, N, row, col,
+            store_row4<VEC>(c_ptr, M, N, row, col,
                                make_float4(acc[i][j], acc[i][j + 1], acc[i][j + 2], acc[i][j + 3]));
         }
     }
@@ -134,8 +103,8 @@ __device__ __forceinline__ void double_buffer_body(const float* __restrict__ a_p
 
     float acc[8][8] = {{0.0f}};
     float frag_a[2][8], frag_b[2][8];
-    float4 a_next = pl_load_row4<VEC>(a_ptr, M, K, row0 + a_row, a_col);
-    float4 b_next = pl_load_row4<VEC>(b_ptr, K, N, b_row, col0 + b_col);
+    float4 a_next = load_row4<VEC>(a_ptr, M, K, row0 + a_row, a_col);
+    float4 b_next = load_row4<VEC>(b_ptr, K, N, b_row, col0 + b_col);
     a_tile[0][(a_col + 0) * PL_A_LD + a_row] = a_next.x;
     a_tile[0][(a_col + 1) * PL_A_LD + a_row] = a_next.y;
     a_tile[0][(a_col + 2) * PL_A_LD + a_row] = a_next.z;
@@ -150,8 +119,8 @@ __device__ __forceinline__ void double_buffer_body(const float* __restrict__ a_p
         const bool more = t + 1 < tiles;  // the same in every thread: the barrier below is reached by all or none
         if (more) {  // issued now, stored at step 7
             const int k0 = (t + 1) * PL_BK;
-            a_next = pl_load_row4<VEC>(a_ptr, M, K, row0 + a_row, k0 + a_col);
-            b_next = pl_load_row4<VEC>(b_ptr, K, N, k0 + b_row, col0 + b_col);
+            a_next = load_row4<VEC>(a_ptr, M, K, row0 + a_row, k0 + a_col);
+            b_next = load_row4<VEC>(b_ptr, K, N, k0 + b_row, col0 + b_col);
         }
 #pragma unroll
         for (int k = 0; k < PL_BK; ++k) {
