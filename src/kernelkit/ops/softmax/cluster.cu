@@ -20,13 +20,11 @@
 // against 0 instead (exp(-inf) = 0, where -inf - -inf would be NaN) and its scale exp(-inf - M) is 0. A row of only
 // -inf gives NaN (M = -inf), as torch.softmax does.
 //
-// This file stands alone (no include of cuda.cu, which defines its own kernels): the few helpers it needs are here.
+// It includes common.cuh (conversions, vector loads and stores, reductions), as cuda.cu does; not cuda.cu itself,
+// which defines its own kernels.
 
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
+#include "common.cuh"  // to_float, from_float, load_vec, store_vec, warp_reduce, block_reduce
 
-constexpr int kMaxThreads = 1024;
-constexpr int kWarpSize = 32;
 constexpr int kClusterCache = 32;  // values of x a thread holds: 32 registers, under the 64 that 1024 threads get
 // CTAs a row: the largest portable cluster (16 needs a non-portable opt-in at launch). One size keeps one kernel a
 // dtype (each is a full compile of this file); 8 x 1024 threads x 32 values = 262144, the longest row.
@@ -77,58 +75,6 @@ __device__ __forceinline__ float2 load_cluster_partial(const float2* local, unsi
 // exp(d) as one multiply and the SFU's exp2: exp2(-inf) = 0 and exp2(NaN) = NaN, as the -inf rules above need.
 __device__ __forceinline__ float exp_f(float d) { return exp2f(d * kLog2e); }
 
-__device__ __forceinline__ float to_float(float v) { return v; }
-__device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
-__device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
-
-template <typename T> __device__ __forceinline__ T from_float(float v);
-template <> __device__ __forceinline__ float from_float<float>(float v) { return v; }
-template <> __device__ __forceinline__ __half from_float<__half>(float v) { return __float2half_rn(v); }
-template <> __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
-
-// VEC = 16 / sizeof(T) elements at the 16-byte aligned p, as floats: one 16-byte load.
-template <typename T, int VEC>
-__device__ __forceinline__ void load_vec(const T* __restrict__ p, float (&out)[VEC]) {
-    static_assert(VEC * sizeof(T) == 16, "a vector is 16 bytes");
-    const uint4 raw = *reinterpret_cast<const uint4*>(p);
-    const T* v = reinterpret_cast<const T*>(&raw);  // stays in registers
-#pragma unroll
-    for (int j = 0; j < VEC; ++j) out[j] = to_float(v[j]);
-}
-
-// VEC floats rounded once to T and stored at the 16-byte aligned p: one 16-byte store.
-template <typename T, int VEC>
-__device__ __forceinline__ void store_vec(T* __restrict__ p, const float (&in)[VEC]) {
-    uint4 raw;
-    T* v = reinterpret_cast<T*>(&raw);
-#pragma unroll
-    for (int j = 0; j < VEC; ++j) v[j] = from_float<T>(in[j]);
-    *reinterpret_cast<uint4*>(p) = raw;
-}
-
-struct MaxOp { __device__ float operator()(float a, float b) const { return fmaxf(a, b); } };
-struct SumOp { __device__ float operator()(float a, float b) const { return a + b; } };
-
-template <typename Op>
-__device__ __forceinline__ float warp_reduce(float v, Op op) {
-#pragma unroll
-    for (int offset = kWarpSize / 2; offset > 0; offset >>= 1) v = op(v, __shfl_xor_sync(0xffffffffu, v, offset));
-    return v;
-}
-
-// The CTA's reduction of v, in every thread: shuffles within each warp, one partial per warp through shared memory.
-template <typename Op>
-__device__ float block_reduce(float v, Op op, float identity) {
-    __shared__ float partials[kMaxThreads / kWarpSize];
-    const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
-    v = warp_reduce(v, op);
-    if (lane == 0) partials[warp] = v;
-    __syncthreads();
-    v = lane < blockDim.x / kWarpSize ? partials[lane] : identity;
-    v = warp_reduce(v, op);
-    __syncthreads();  // the next reduction writes partials again
-    return v;
-}
 
 // One row, one CTA's slice of it. Item k of a thread is the vector begin + tid + k * threads of the row
 // (consecutive threads, consecutive 16 bytes); the loops are unrolled, so v[k] is a register.

@@ -12,11 +12,8 @@
 //   product then a pass that writes (read 4MN, write MN). A register cache of single elements spilled (ptxas put
 //   it in local memory), so unaligned rows stream; short ones are still in L2 for their second pass.
 
-#include <cuda_fp16.h>
-#include <cuda_bf16.h>
+#include "common.cuh"  // to_float, from_float, load_vec, store_vec, warp_reduce, block_reduce
 
-constexpr int kMaxThreads = 1024;
-constexpr int kWarpSize = 32;
 constexpr int kForwardCache = 32;   // floats of x a thread holds: 32 registers, under the 64 that 1024 threads get
 constexpr int kBackwardCache = 16;  // floats each of y and dy a thread holds: 32 registers again
 constexpr float kLog2e = 1.4426950408889634f;
@@ -27,68 +24,6 @@ __device__ __forceinline__ float neg_inf() { return __int_as_float(0xff800000); 
 // exp(d) as one multiply and the SFU's exp2 (2 ulp). d = x - max <= 0, so nothing overflows.
 __device__ __forceinline__ float exp_f(float d) { return exp2f(d * kLog2e); }
 
-__device__ __forceinline__ float to_float(float v) { return v; }
-__device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
-__device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
-
-template <typename T> __device__ __forceinline__ T from_float(float v);
-template <> __device__ __forceinline__ float from_float<float>(float v) { return v; }
-template <> __device__ __forceinline__ __half from_float<__half>(float v) { return __float2half_rn(v); }
-template <> __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
-
-// VEC elements at p as floats: one 16-byte load when VEC > 1 (p must then be 16-byte aligned), else one element.
-template <typename T, int VEC>
-__device__ __forceinline__ void load_vec(const T* __restrict__ p, float (&out)[VEC]) {
-    if constexpr (VEC == 1) {
-        out[0] = to_float(*p);
-    } else {
-        static_assert(VEC * sizeof(T) == 16, "a vector is 16 bytes");
-        const uint4 raw = *reinterpret_cast<const uint4*>(p);
-        const T* v = reinterpret_cast<const T*>(&raw);  // stays in registers
-#pragma unroll
-        for (int j = 0; j < VEC; ++j) out[j] = to_float(v[j]);
-    }
-}
-
-// VEC floats rounded once to T and stored at p (one 16-byte store when VEC > 1).
-template <typename T, int VEC>
-__device__ __forceinline__ void store_vec(T* __restrict__ p, const float (&in)[VEC]) {
-    if constexpr (VEC == 1) {
-        *p = from_float<T>(in[0]);
-    } else {
-        uint4 raw;
-        T* v = reinterpret_cast<T*>(&raw);
-#pragma unroll
-        for (int j = 0; j < VEC; ++j) v[j] = from_float<T>(in[j]);
-        *reinterpret_cast<uint4*>(p) = raw;
-    }
-}
-
-// ---- reductions: warp shuffles, then one partial per warp through shared memory ------------------------------
-
-struct MaxOp { __device__ float operator()(float a, float b) const { return fmaxf(a, b); } };
-struct SumOp { __device__ float operator()(float a, float b) const { return a + b; } };
-
-template <typename Op>
-__device__ __forceinline__ float warp_reduce(float v, Op op) {
-#pragma unroll
-    for (int offset = kWarpSize / 2; offset > 0; offset >>= 1) v = op(v, __shfl_xor_sync(0xffffffffu, v, offset));
-    return v;
-}
-
-// The block's reduction of v, in every thread. blockDim.x must be a multiple of 32 (the host launches 32..1024).
-template <typename Op>
-__device__ float block_reduce(float v, Op op, float identity) {
-    __shared__ float partials[kMaxThreads / kWarpSize];
-    const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
-    v = warp_reduce(v, op);
-    if (lane == 0) partials[warp] = v;
-    __syncthreads();
-    v = lane < blockDim.x / kWarpSize ? partials[lane] : identity;
-    v = warp_reduce(v, op);
-    __syncthreads();  // the next reduction writes partials again
-    return v;
-}
 
 // Online softmax state: (m, s) with s the sum of exp(x - m) over the elements seen. Merging rescales both sums to
 // the larger max. From (kLowest, 0) nothing turns into NaN: exp(0) * 0 = 0.
