@@ -139,13 +139,20 @@ def test_devices_without_tma_or_with_fp32_are_skipped_with_a_reason(monkeypatch)
         _ws().forward(q, k, v, False)
 
 
-def _gpu_configs() -> list[triton.Config]:
+def _gpu_configs(shapes=None) -> list[triton.Config]:
     return [triton.Config({"BLOCK_M": m, "BLOCK_N": n, "WARP_SPECIALIZE": ws}, num_warps=w, num_stages=s)
-            for m, n, w, s, ws in _ws().HOPPER_SHAPES]
+            for m, n, w, s, ws in shapes or _ws().HOPPER_SHAPES]
+
+
+def test_the_autotuner_never_picks_the_warp_specialized_loop() -> None:
+    # Wrong results (NaN) from it on an H200 with Triton 3.6 (see triton_ws.py's module doc): a user's call never
+    # runs it; the shapes stay for the tests that force it.
+    assert _ws().HOPPER_SHAPES and not any(ws for *_, ws in _ws().HOPPER_SHAPES)
+    assert all(ws for *_, ws in _ws().WARP_SPECIALIZED_SHAPES)
 
 
 def test_warp_specialized_configs_are_hoppers_and_fit_the_kernel(monkeypatch) -> None:
-    configs = _gpu_configs()
+    configs = _gpu_configs(_ws().HOPPER_SHAPES + _ws().WARP_SPECIALIZED_SHAPES)
     # Triton 3.6 warp-specializes a Hopper loop at 4 warps only; 128-row query tiles split into two 64-row groups.
     assert all(c.num_warps == 4 and c.kwargs["BLOCK_M"] == 128 for c in configs if c.kwargs["WARP_SPECIALIZE"])
     assert all(c.kwargs["BLOCK_M"] % c.kwargs["BLOCK_N"] == 0 for c in configs)  # the kernel's static_assert
@@ -177,9 +184,12 @@ def _within_twice_sdpa_error(q, k, v, causal: bool, o: torch.Tensor) -> None:
 @pytest.mark.gpu
 @pytest.mark.parametrize("shape", LOOP_SHAPES)
 @pytest.mark.parametrize(("size", "causal"), GPU_CASES)
-def test_each_loop_shape_matches_the_reference_on_gpu(size, causal, shape, monkeypatch) -> None:
+def test_each_loop_shape_matches_the_reference_on_gpu(size, causal, shape, monkeypatch, request) -> None:
     if LOOP_SHAPES[shape] and torch.cuda.get_device_capability()[0] != 9:
         pytest.skip("warp-specialized configs are Hopper's")
+    if LOOP_SHAPES[shape]:  # a known defect, kept visible: XPASS when a Triton fixes it
+        request.applymarker(pytest.mark.xfail(reason="NaN from Triton 3.6's warp-specialized loop on an H200 "
+                                                     "(2026-11-27), not in every run; out of the autotuner"))
     num_warps = 4 if LOOP_SHAPES[shape] else 8
     _force(monkeypatch, 128, 64, LOOP_SHAPES[shape], num_warps=num_warps, num_stages=3)
     q, k, v = _inputs(size, torch.bfloat16, torch.device("cuda"), seed=7)

@@ -20,7 +20,8 @@ flash and cuDNN backends refuse fp32: SKIPPED). The Triton kernels take head_dim
 Forward impls: ``eager_naive`` (the learner's first version: S = q kᵀ materialized), ``triton_online`` (online
 softmax, one pass over K/V per query block), ``triton_flash`` (FA2: resident query tile, causal block skipping,
 autotuned for Hopper), ``triton_flash_tma`` (the same, K/V tiles loaded by TMA), ``triton_flash_ws`` (Triton's
-tutorial kernel: in-kernel TMA descriptors, a warp-specialized K/V loop on Hopper; triton_ws.py),
+tutorial kernel: in-kernel TMA descriptors; its warp-specialized K/V loop is out of autotuning, wrong on an
+H200; triton_ws.py),
 ``eager_sdpa_flash`` / ``_cudnn`` / ``_efficient`` (torch SDPA with one backend forced), and the ``compile``
 baseline. Backward impls:
 ``eager_naive``, ``triton_flash`` (dK/dV kernel, then dQ kernel), ``triton_flash_dq_atomic`` (dQ by fp32 atomics
@@ -298,7 +299,7 @@ def _register_forward(target: Op, causal: bool) -> None:
 
     @target.impl("triton_flash_ws", kernels=[ws_kernels.lazy("attention_flash_ws_kernel")])
     def triton_flash_ws(q, k, v):
-        """Triton's tutorial forward: in-kernel TMA descriptors, K/V loop warp-specialized on Hopper (autotuned)."""
+        """Triton's tutorial forward: in-kernel TMA descriptors, the plain K/V loop autotuned (triton_ws.py)."""
         return ws_kernels.forward(q, k, v, causal)[0]
 
     for backend in sdpa.BACKENDS:
