@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from multiprocessing.process import BaseProcess
 from pathlib import Path
 
-from kernelkit import hygiene
+from kernelkit import channel, hygiene
 
 Key = tuple[str, tuple[tuple[str, str], ...]]  # (device, the worker's environment, sorted)
 Spawn = Callable[[str, Mapping[str, str], str], tuple[BaseProcess, multiprocessing.connection.Connection]]
@@ -72,7 +72,7 @@ def end(held: Held, wait: float = 5.0) -> None:
     """Ask ``held`` to stop (``wait`` seconds), then kill its process group and what it adopted."""
     if wait > 0:
         with contextlib.suppress(OSError):
-            held.conn.send(None)
+            channel.send_job(held.conn, None)
         held.process.join(timeout=wait)
     if held.process.pid:
         hygiene.kill_tree(held.process.pid)

@@ -31,7 +31,7 @@ from pathlib import Path
 import psutil
 import torch
 
-from kernelkit import backends, hygiene, pool, wire
+from kernelkit import backends, channel, hygiene, pool, wire
 from kernelkit.deadline import BUILD_TIMEOUT_ENV, build_timeout
 from kernelkit.errors import describe_exception
 from kernelkit.jobs import Job, JobResult, poisoned, progress, warn
@@ -78,7 +78,7 @@ class Worker:
                 return job.failed(self.device, Status.CRASHED, f"the worker failed to start: {problem}")
         assert self.conn is not None and self.process is not None
         offset = self.log_path.stat().st_size if self.log_path.exists() else 0
-        self.conn.send(job)
+        channel.send_job(self.conn, job)
         self.busy = True  # until the job's answer is in: a stop meanwhile (Ctrl-C) kills the worker at once
         # Two clocks: loading the op and building its kernels, then the job itself (see Job.execute's on_built). A
         # job of several calls (a format's verdict: five trials) says "built" again before each: each gets the limit.
@@ -184,7 +184,7 @@ class Worker:
             return problem
         if log != str(self.log_path):
             try:
-                self.conn.send(pool.Relog(str(self.log_path)))  # its output goes to this run's log from now on
+                channel.send_job(self.conn, pool.Relog(str(self.log_path)))  # its output goes to this run's log from now on
             except OSError:
                 self._discard()
                 return self._start()
@@ -241,7 +241,7 @@ class Worker:
             return
         if self.conn is not None and self.process is not None and self.process.is_alive():
             try:
-                self.conn.send(None)
+                channel.send_job(self.conn, None)
                 self.process.join(timeout=5)
             except (OSError, BrokenPipeError):
                 pass
@@ -250,12 +250,12 @@ class Worker:
 
 def _send(conn: multiprocessing.connection.Connection, message: object) -> None:
     """A worker's message to its runner, as data only (kernelkit.wire): the runner unpickles nothing it sends."""
-    conn.send_bytes(wire.encode(message))
+    channel.send_bytes(conn, wire.encode(message))
 
 
 def _receive(conn: multiprocessing.connection.Connection) -> object:
     """The worker's next message, decoded as data (kernelkit.wire): tensors, plain values, kernelkit's result types."""
-    return wire.decode(conn.recv_bytes())
+    return wire.decode(channel.recv_bytes(conn))
 
 
 @wire.register
@@ -335,7 +335,7 @@ def _serve(conn: multiprocessing.connection.Connection, device: str, log_path: s
     _send(conn, "ready")
     while True:
         try:
-            job: Job | None = conn.recv()
+            job: Job | None = channel.recv_job(conn)
         except (EOFError, OSError):
             return
         if job is None:

@@ -349,10 +349,14 @@ SETTLE_SECONDS = 0.003  # how long after a call returns its outputs must stay un
 
 
 def settled_copy(outputs: Sequence[Any], device: str) -> list[torch.Tensor | None]:
-    """Host copies of the tensor outputs, taken as soon as the call's own stream is done with them."""
+    """Copies of the tensor outputs (where they are: a device copy is a device-speed clone, and the one copy to the
+    host is the message's), taken as soon as the call's own stream is done with them."""
     if device == "cuda":
         torch.cuda.current_stream().synchronize()
-    return [o.detach().to("cpu", copy=True) if type(o) is torch.Tensor else None for o in outputs]
+    copies = [o.detach().clone() if type(o) is torch.Tensor else None for o in outputs]
+    if device == "cuda":
+        torch.cuda.current_stream().synchronize()
+    return copies
 
 
 def changed_after_return(outputs: Sequence[Any], first: Sequence[torch.Tensor | None], device: str) -> list[int]:
@@ -361,9 +365,10 @@ def changed_after_return(outputs: Sequence[Any], first: Sequence[torch.Tensor | 
     if device == "cuda":
         torch.cuda.synchronize()
     time.sleep(SETTLE_SECONDS)
-    later = settled_copy(outputs, device)
-    return [i for i, (a, b) in enumerate(zip(first, later, strict=True))
-            if a is not None and b is not None and not _same_bytes(a, b)]
+    if device == "cuda":
+        torch.cuda.synchronize()
+    return [i for i, (a, b) in enumerate(zip(first, outputs, strict=True))
+            if a is not None and type(b) is torch.Tensor and not _same_bytes(a, b.detach())]
 
 
 def _same_bytes(a: torch.Tensor, b: torch.Tensor) -> bool:

@@ -54,7 +54,7 @@ class CallRecord:
     """What the worker saw of one call."""
 
     kind: str = ""  # "tensor", "tuple", "list" or another type's name: what the call returned
-    outputs: bytes = b""  # pack() of the outputs (host copies taken once the call's stream was done)
+    outputs: tuple[Any, ...] = ()  # copies of the outputs taken once the call's stream was done (sent as data)
     # Arguments whose contents the call changed, compared here with the set as it came (bitwise): the inputs do not
     # travel back. What a worker says here can only hide its own mutation; the judge's inputs are its own.
     mutated: list[int] = field(default_factory=list)
@@ -217,7 +217,8 @@ class StrictCallJob:
                     guards.is_poison(first[i]):
                 record.poisoned.append(i)
         kept.extend((number, o) for o in outs if isinstance(o, torch.Tensor))
-        record.outputs = pack([f if f is not None else o for f, o in zip(first, outs, strict=True)])
+        # To the host now, once: the device keeps no second copy of every call's outputs until the reply is sent.
+        record.outputs = tuple(_host(f) if f is not None else o for f, o in zip(first, outs, strict=True))
         record.kind += "|" + ",".join(str(o.device) if isinstance(o, torch.Tensor) else "" for o in outs)
         if prof is not None:
             record.kernels, off = _device_kernels(prof)

@@ -29,7 +29,7 @@ from typing import Any
 
 import torch
 
-from kernelkit import verify
+from kernelkit import verify, wire
 from kernelkit.deadline import Expired, deadline
 from kernelkit.errors import BackendUnavailable, InputError, describe_exception
 from kernelkit.jobs import caught_warnings, evidence, guards, unique
@@ -171,7 +171,7 @@ def _strict(result: CaseResult, case: Case, op: Op, device: str, run: Any, tampe
                                        f"{'x'.join(map(str, prepared.off_size or ()))}, not judged there")
                 break
             evidence.save_failing(result, options, case, device, prepared.inputs[which], prepared.refs[which],
-                                  unpack(record.outputs, "cpu") if record.outputs else ())
+                                  _returned(record))
             return
     if options.determinism and len(outputs) > 2:
         evidence.note_determinism(result, outputs[0], outputs[2])
@@ -201,6 +201,13 @@ def _strict(result: CaseResult, case: Case, op: Op, device: str, run: Any, tampe
     if note:
         result.warnings.append(note)
     result.status = Status.PASSED
+
+
+def _returned(record: CallRecord) -> tuple[Any, ...]:
+    """What the call returned, as the worker sent it (data only: tensors, plain values, Opaque markers)."""
+    if not isinstance(record.outputs, tuple | list):
+        raise wire.WireError(f"the worker sent outputs of type {type(record.outputs).__name__}, not a sequence")
+    return tuple(record.outputs)
 
 
 def _judge_call(number: int, which: int, record: CallRecord, prepared: Prepared, earlier: list[tuple[Any, ...]],
@@ -234,7 +241,7 @@ def _judge_call(number: int, which: int, record: CallRecord, prepared: Prepared,
         return wrong_kind.status, wrong_kind.message
     places = devices.split(",")
     outs = tuple(o.to(places[i]) if isinstance(o, torch.Tensor) and places[i] else o
-                 for i, o in enumerate(unpack(record.outputs, "cpu")))
+                 for i, o in enumerate(_returned(record)))
     verdict = _judge(outs, prepared.refs[which], prepared.los[which], atol, rtol, changed=record.mutated)
     comparisons.append(verdict.comparison)
     if record.aliases and verdict.status is Status.PASSED:
