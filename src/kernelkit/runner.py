@@ -184,7 +184,7 @@ class Worker:
             return problem
         if log != str(self.log_path):
             try:
-                channel.send_job(self.conn, pool.Relog(str(self.log_path)))  # its output goes to this run's log from now on
+                channel.send_job(self.conn, pool.Relog(str(self.log_path)))  # its output: this run's log from now
             except OSError:
                 self._discard()
                 return self._start()
