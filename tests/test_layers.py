@@ -33,7 +33,7 @@ LAYERS = [
     ["measure"],
     ["spec", "verify"],
     ["registry", "results", "values", "cache", "units"],
-    ["hygiene", "wire", "errors", "deadline"],
+    ["hygiene", "wire", "channel", "errors", "deadline"],
 ]
 # Imports that run up a layer, each named in the package map with its reason (at most 4).
 UPWARD = {

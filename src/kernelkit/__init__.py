@@ -51,8 +51,9 @@ reads every import statement and holds the code to this; no two modules import e
     spec.py         Op, Impl, Case, CaseSetup: the data model; verify.py: comparison by the tolerance rule
     registry.py     backends by name (read by spec.py without importing any backend); results.py, values.py
                     (sizes, dtypes, tolerances), cache.py, units.py
-    hygiene.py      what a case may leave in its worker; wire.py (data-only messages), errors.py; deadline.py (a
-                    limit on the user code the calling process runs itself)
+    hygiene.py      what a case may leave in its worker; wire.py (data-only messages), channel.py (the frames
+                    they and the jobs travel in), errors.py; deadline.py (a limit on the user code the calling
+                    process runs itself)
 
 One import runs up a layer, on purpose: ops.lowbit.module -> torch_ops (LowBitLinear, a built-in op's nn.Module,
 is made of kk.torch_op operators; torch_ops opens targets by name, so it sits above the ops).
