@@ -144,13 +144,16 @@ class StrictCallJob:
                             if isinstance(old, torch.Tensor) and old.shape == new.shape:
                                 old.copy_(new)  # new contents at the same address (its _version moves, as promised)
                     inputs = previous
+                clock = time.perf_counter()
+                sent = _snapshot(inputs)  # what the call is given, where it is given it (a device copy on a GPU)
+                spent["compare"] += time.perf_counter() - clock
                 record = CallRecord()
                 try:
                     clock = time.perf_counter()
                     self._call(impl.fn, inputs, device, number, record, kept, guarded, streams)
                     spent["calls"] += time.perf_counter() - clock  # the call, its guards, profile and packed outputs
                     clock = time.perf_counter()
-                    record.mutated = verify.mutated_inputs([_host(x) for x in inputs], unpack(self.sets[which], "cpu"))
+                    record.mutated = verify.mutated_inputs(inputs, sent)
                     spent["compare"] += time.perf_counter() - clock
                 except BackendUnavailable as exc:  # raised by the impl: it cannot run here (as in a plain check)
                     reply.status, reply.message = Status.SKIPPED, str(exc)
@@ -226,8 +229,14 @@ class StrictCallJob:
 
 
 def _host(value: Any) -> Any:
-    """A tensor argument's contents on the host (the set it came from is decoded there to compare with)."""
+    """A tensor's contents on the host (what the reply carries)."""
     return value.detach().cpu() if isinstance(value, torch.Tensor) else value
+
+
+def _snapshot(inputs: Sequence[Any]) -> tuple[Any, ...]:
+    """Copies of the tensor arguments where they are, to compare them with after the call (on a GPU a clone at
+    device speed, not every argument copied to the host after every call)."""
+    return tuple(x.detach().clone() if isinstance(x, torch.Tensor) else x for x in inputs)
 
 
 def _build_failure(exc: BaseException) -> tuple[Status, str]:
