@@ -4,8 +4,8 @@ The judging process (the one that calls ``run_cases``/``check``) makes each case
 reference; the worker (strict_worker.py) gets only the inputs, as bytes (``pack``), runs the impl under the
 guards of guards.py and sends back, as data (kernelkit.wire), what it returned and which of its arguments each call
 changed, with what it saw (threads, late writes, breached canaries, replaced harness objects, kernel launches).
-The judging process then judges every call with ``check.judge``, resolved when kernelkit was imported. Nothing of the reference ever
-reaches the worker.
+The judging process then judges every call with ``check.judge``, resolved when kernelkit was imported. Nothing
+of the reference ever reaches the worker.
 
 One case is two calls; the first case of each impl in a run has the probes 2 and 3 too (3 when the op takes
 the other size):
