@@ -58,10 +58,10 @@ def register(cls: type) -> type:
 
 def encode(value: Any) -> bytearray:
     """``value`` as one message (see the module doc). Each tensor's bytes are copied once, from its storage (on the
-    host, after a device's copy) into the message."""
-    blobs: list[Any] = []  # bytes, or a tensor's host storage as a uint8 numpy array (not copied yet)
+    host, or straight from the device) into the message."""
+    blobs: list[Any] = []  # bytes, or a tensor's storage as a uint8 tensor, wherever it is (not copied yet)
     body = _encode(value, blobs)
-    sizes = [len(b) for b in blobs]
+    sizes = [len(b) if isinstance(b, bytes | memoryview) else b.numel() for b in blobs]
     header = json.dumps({"value": body, "blobs": sizes}, separators=(",", ":")).encode()
     message = bytearray(_HEADER.size + len(header) + sum(sizes))
     view = memoryview(message)
@@ -70,7 +70,12 @@ def encode(value: Any) -> bytearray:
     view[at:at + len(header)] = header
     at += len(header)
     for blob, size in zip(blobs, sizes, strict=True):
-        view[at:at + size] = blob if isinstance(blob, bytes | memoryview) else memoryview(blob).cast("B")
+        if isinstance(blob, bytes | memoryview):
+            view[at:at + size] = blob
+        elif size:  # a storage: copied from the device (or host) straight into the message
+            import torch
+
+            torch.frombuffer(view[at:at + size], dtype=torch.uint8).copy_(blob)
         at += size
     return message
 
@@ -148,8 +153,7 @@ def _tensor_header(value: Any, blobs: list[Any]) -> dict[str, Any] | None:
     if torch is None or type(value) is not torch.Tensor:  # a subclass may compute when read: opaque
         return None
     storage = value.detach().untyped_storage()
-    raw = torch.empty(0, dtype=torch.uint8, device=value.device).set_(storage).cpu()
-    data = raw.numpy() if raw.numel() else b""  # copied into the message by encode
+    data = torch.empty(0, dtype=torch.uint8, device=value.device).set_(storage)  # copied into the message by encode
     return {"__tensor__": {"dtype": str(value.dtype).removeprefix("torch."), "shape": list(value.shape),
                            "stride": list(value.stride()), "offset": value.storage_offset(),
                            "device": str(value.device), "blob": _blob(data, blobs)}}
