@@ -3,12 +3,20 @@ import os
 import subprocess
 import sys
 
+import psutil
 import pytest
 from typer.testing import CliRunner
 
 from kernelkit.cli import app
 
 cli = CliRunner()
+
+
+def _group(process: psutil.Process) -> int | None:
+    try:
+        return os.getpgid(process.pid)
+    except OSError:  # gone meanwhile
+        return None
 
 
 def test_every_command_has_help():
@@ -78,13 +86,18 @@ def test_bad_arguments_exit_2_with_a_clear_message(args, message):
 
 @pytest.mark.slow
 def test_check_json_and_exit_code_zero_when_all_pass():
-    proc = subprocess.run(
+    with subprocess.Popen(
         [sys.executable, "-m", "kernelkit", "check", "square", "--device", "cpu", "--impl", "eager",
          "--sizes", "16x9", "--dtypes", "float32,bf16", "--seeds", "2", "--json"],
-        capture_output=True, text=True, timeout=180, env={**os.environ},
-    )
-    assert proc.returncode == 0, proc.stderr
-    data = json.loads(proc.stdout)
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ}, start_new_session=True,
+    ) as proc:
+        stdout, stderr = proc.communicate(timeout=180)
+    assert proc.returncode == 0, stderr
+    # Nothing of the command's own session outlives it: its workers, and multiprocessing's resource tracker (reaped
+    # by the command, not left to a PID 1 that may reap nothing), zombies included.
+    left = [p.info for p in psutil.process_iter(["pid", "name", "status"]) if _group(p) == proc.pid]
+    assert not left, left
+    data = json.loads(stdout)
     assert data["device"] == "cpu" and data["planned"] == 4
     assert [(r["dtype"], r["seed"], r["status"]) for r in data["results"]] == [
         ("float32", 0, "PASSED"), ("float32", 1, "PASSED"), ("bfloat16", 0, "PASSED"), ("bfloat16", 1, "PASSED"),
