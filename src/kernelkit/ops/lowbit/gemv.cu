@@ -28,6 +28,8 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include "x_prefetch.cuh"  // prefetch_l2_once: x into L2 at the start, once for the grid
+
 constexpr int kWarp = 32;
 constexpr int kWarps = 4;  // warps per block: 128 threads, 8 rows a block
 constexpr int kRows = 2;   // output rows a warp owns: each x load serves two rows of weights
@@ -225,6 +227,7 @@ __device__ __forceinline__ void gemv_rows(const T* __restrict__ x_ptr, const int
                                           int group_shift, int has_zeros) {
     const int lane = threadIdx.x % kWarp;
     const int row0 = (blockIdx.x * kWarps + threadIdx.x / kWarp) * kRows;
+    prefetch_l2_once(x_ptr, (long long)m_rows * chunks * (128 / BITS) * sizeof(T));  // x's reads then hit L2
     if (row0 >= n) return;  // the whole warp: nothing below synchronizes the block
     float acc[M_TILE][kRows] = {};
     lane_sums<T, BITS, M_TILE, UNROLL>(lane, row0, x_ptr, w_ptr, s_ptr, z_ptr, m_rows, n, chunks, groups,

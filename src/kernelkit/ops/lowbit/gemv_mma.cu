@@ -29,6 +29,8 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include "x_prefetch.cuh"  // prefetch_l2_once: x into L2 at the start, once for the grid
+
 namespace gemv_mma {
 
 constexpr int kWarp = 32;
@@ -252,6 +254,7 @@ __device__ __forceinline__ void gemv_mma_rows(const T* __restrict__ x_ptr, const
 #pragma unroll
     for (int nb = 0; nb < NB; ++nb) x_row[nb] = min(nb * 8 + g, m_rows - 1) * k;  // rows past M read M - 1
     float acc[NB][4] = {};
+    prefetch_l2_once(x_ptr, (long long)m_rows * k * sizeof(T));  // x's reads below then hit L2 (x_prefetch.cuh)
 
     for (int kb0 = warp * kUnroll; kb0 < blocks; kb0 += kWarps * kUnroll) {
         uint4 words[kUnroll][2];
@@ -270,9 +273,9 @@ __device__ __forceinline__ void gemv_mma_rows(const T* __restrict__ x_ptr, const
                 zero[u][r] = has_zeros ? z_ptr[at] : (unsigned char)(1 << (BITS - 1));
             }
         }
-#pragma unroll
-        for (int u = 0; u < kUnroll; ++u) {
-            if (kb0 + u >= blocks) break;
+        // One K block's dequantization and MMAs. A whole iteration runs its kUnroll steps without a branch between
+        // them, so the compiler may issue the later steps' x loads early; only the last, partial one checks.
+        auto step = [&](int u) {
             const long long k0 = (long long)(kb0 + u) * C::kBlockCodes + C::kChunkCodes * j;  // lane's first code
             unsigned offset2[2], scale2[2];
 #pragma unroll
@@ -305,6 +308,16 @@ __device__ __forceinline__ void gemv_mma_rows(const T* __restrict__ x_ptr, const
                         mma<T>(acc[nb], a, b);
                     }
                 }
+            }
+        };
+        if (kb0 + kUnroll <= blocks) {
+#pragma unroll
+            for (int u = 0; u < kUnroll; ++u) step(u);
+        } else {
+#pragma unroll
+            for (int u = 0; u < kUnroll; ++u) {
+                if (kb0 + u >= blocks) break;
+                step(u);
             }
         }
     }
