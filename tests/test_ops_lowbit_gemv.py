@@ -341,3 +341,20 @@ def test_each_unrolled_config_alone_is_right_every_time_on_gpu(config: int, m: i
     split = unrolled.UNROLLED_CONFIGS[config].kwargs["SPLIT_K"]
     if split == 1:  # one program a row block and K in order: the same bits every call
         assert all(torch.equal(out, outs[0]) for out in outs)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("bits, group_size, symmetric", [(4, 128, False), (8, None, True)])
+def test_cuda_auto_takes_the_tensor_core_gemv_to_16_rows_and_triton_past_them_on_gpu(bits, group_size, symmetric,
+                                                                                     monkeypatch) -> None:
+    taken: list[str] = []
+    monkeypatch.setattr(gemv_launch, "cuda_gemv_mma", lambda p, run=gemv_launch.cuda_gemv_mma: (
+        taken.append("mma"), run(p))[1])
+    for m in (1, 16, 17, 64):
+        _check("cuda_auto", bits, group_size, symmetric, (m, 1024, 4096), torch.bfloat16, device="cuda")
+    assert taken == ["mma", "mma"]
+    layer = lowbit.LowBitLinear.from_linear(torch.nn.Linear(4096, 512).cuda(), bits=bits, group_size=group_size,
+                                            dtype=torch.bfloat16)
+    assert layer.impl_for(torch.device("cuda")) == "cuda_auto"
+    x = torch.randn(3, 4096, device="cuda", dtype=torch.bfloat16)
+    assert layer(x).shape == (3, 512)

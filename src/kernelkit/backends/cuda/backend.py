@@ -27,9 +27,10 @@ class CudaBackend(Backend):
         return device == "cuda"
 
     def ensure_runnable(self, impl: Impl, dtype: torch.dtype, device: str) -> None:
-        """Compile every listed kernel (a syntax error is caught even where nothing can run); SKIPPED without a
-        GPU, saying what compiled."""
-        built = [k.compile() for k in impl.kernels]
+        """Compile every listed CUDA kernel (a syntax error is caught even where nothing can run); SKIPPED without
+        a GPU, saying what compiled. A dispatcher's kernels of another backend (Triton's) build at their first
+        launch, as in their own impls."""
+        built = [k.compile() for k in impl.kernels if callable(getattr(k, "compile", None))]
         if device == "cuda":
             return
         where = "no GPU" if not torch.cuda.is_available() else "CUDA kernels run only with --device cuda"

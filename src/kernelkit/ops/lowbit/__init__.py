@@ -22,6 +22,8 @@ dequantize kernel, then cuBLAS), ``triton_auto`` (one of those by M: launch.pick
 gemv_launch.py): ``triton_gemv_unrolled`` (every op: triton_gemv's kernel with 4 word tiles loaded a step before
 any is expanded), ``cuda_gemv`` (linear_w4 and linear_w8, bf16 and fp16: gemv.cu, a warp per 2 rows) and
 ``cuda_gemv_mma`` (linear_w4 and linear_w8, bf16 and fp16: gemv_mma.cu, codes made 16-bit floats for mma.sync).
+``cuda_auto`` (linear_w4 and linear_w8, every M): cuda_gemv_mma where it applies, else triton_auto; what
+LowBitLinear runs on a GPU where the CUDA backend runs.
 
 "Faster than bf16" compares with F.linear on a dense weight of the same shape. That is not an impl: an impl sees
 only the op's inputs (the quantized weight), and building a dense weight inside it would time the build;
@@ -164,6 +166,9 @@ WIDE_CODE_IMPLS: dict[str, tuple[Runner, Callable[[int], list[Any]], list[torch.
     "cuda_gemv_mma": (gemv_launch.cuda_gemv_mma, gemv_launch.mma_kernels_for, list(gemv_launch.DTYPES),
                       "CUDA GEMV for M <= 16 on tensor cores: two codes a LOP3 into 16-bit floats, "
                       "mma.sync m16n8k16 (gemv_mma.cu)"),
+    "cuda_auto": (gemv_launch.cuda_auto, lambda b: gemv_launch.mma_kernels_for(b) + IMPLS["triton_auto"][1], [],
+                  "the dispatcher LowBitLinear runs on a GPU: cuda_gemv_mma where it applies (M <= 16), else "
+                  "triton_auto's pick by M (gemv_launch.cuda_auto: the table that chose it)"),
 }
 
 

@@ -18,6 +18,7 @@ import torch
 from kernelkit.backends.cuda import CudaKernel, cuda_kernel
 from kernelkit.backends.lazy import kernel_module
 from kernelkit.errors import BackendUnavailable
+from kernelkit.ops.lowbit import launch
 from kernelkit.ops.lowbit.launch import Problem, cdiv, gemv_rows
 
 unrolled_kernels = kernel_module("kernelkit.ops.lowbit", "triton_gemv_unrolled")
@@ -160,6 +161,31 @@ def cuda_gemv_mma(p: Problem) -> torch.Tensor:
     kernel.launch(cdiv(s.n, MMA_ROWS_PER_BLOCK), MMA_THREADS, x, packed, p.scales, zeros, y, s.m, s.n,
                   s.k // codes_per_chunk(p.bits), s.groups, shift, int(p.zeros is not None))
     return y
+
+
+def cuda_auto(p: Problem) -> torch.Tensor:
+    """y (M, N): ``cuda_gemv_mma`` wherever it takes the call (M <= 16 rows on a GPU, 4- or 8-bit codes, bf16 or
+    fp16, K in its blocks), else ``triton_auto``'s pick by M (launch.pick_kernel).
+
+    Chosen by the lowbit targets of scripts/gpu-frontier (H200, 2026-11-27; cold mode, median us; the fastest
+    low-bit impl of each row in brackets where it is not cuda_gemv_mma):
+
+        weight, M               cuda_gemv_mma  triton_auto  bf16 F.linear
+        int4 4096x4096, 1             8.6         21.4         14.5
+        int4 4096x4096, 16           12.1         66.3         14.3
+        int4 14336x4096, 1           18.8         41.6         33.5
+        int4 14336x4096, 16          36.0        140.3         33.1    [triton_splitk 37.3 next]
+        int4 4096x14336, 1           18.1         41.2         32.1
+        int4 4096x14336, 16          28.0         41.1         31.9
+        int8 4096x4096, 1            11.1         11.2         14.4
+        int8 14336x4096, 1           25.6         25.6         33.3    [cuda_gemv 23.0]
+        int8 4096x14336, 1           26.2        167.4         31.9
+        M = 4096 (every weight): triton_auto's dequantize + cuBLAS, 0.81-0.95x bf16 F.linear; cuda_gemv_mma
+        takes no M above 16.
+    """
+    if p.x.device.type == "cuda" and mma_unsupported(p) is None:
+        return cuda_gemv_mma(p)
+    return launch.auto(p)
 
 
 def unrolled_unsupported(p: Problem) -> str | None:

@@ -4,12 +4,16 @@
     y = layer(x)                                                        # x (..., in) -> (..., out)
     torch.compile(model, fullgraph=True)                                 # one custom op: no graph break
 
-The matmul runs as a kernelkit operator (``kk.torch_op``): ``triton_auto`` on CUDA (GEMV, split-K or GEMM by the
-number of rows), ``eager_dequant`` elsewhere, or one impl named by ``impl``. The bias is added after it.
+The matmul runs as a kernelkit operator (``kk.torch_op``): on CUDA ``cuda_auto`` for 4- and 8-bit weights where
+CUDA C++ kernels run (cuda-core installed: the tensor-core GEMV up to 16 rows, else triton_auto), ``triton_auto``
+otherwise (GEMV, split-K or GEMM by the number of rows); ``eager_dequant`` elsewhere, or one impl named by
+``impl``. The bias is added after it.
 """
 
 from __future__ import annotations
 
+import functools
+import importlib.util
 from typing import Any
 
 import torch
@@ -19,6 +23,7 @@ from kernelkit.ops.lowbit.quantization import QuantizedWeight, quantize
 
 DEFAULT_IMPLS = {"cuda": "triton_auto"}  # by device type; any other device runs FALLBACK_IMPL
 FALLBACK_IMPL = "eager_dequant"
+CUDA_AUTO = "cuda_auto"  # before DEFAULT_IMPLS on a GPU, for the ops that have it, where CUDA C++ kernels run
 
 
 class LowBitLinear(nn.Module):
@@ -62,6 +67,8 @@ class LowBitLinear(nn.Module):
         """The impl forward runs for inputs on ``device``."""
         if self.impl != "auto":
             return self.impl
+        if device.type == "cuda" and CUDA_AUTO in self._operators and cuda_kernels_run():
+            return CUDA_AUTO
         return DEFAULT_IMPLS.get(device.type, FALLBACK_IMPL)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -96,5 +103,14 @@ def _operators(bits: int, impl: str) -> dict[str, Any]:
     op = lowbit.OPS[bits]
     if impl != "auto" and impl not in op.impls:
         raise ValueError(f"op {op.name!r} has no impl {impl!r}; its impls: {', '.join(op.impls)}")
-    names = {*DEFAULT_IMPLS.values(), FALLBACK_IMPL} if impl == "auto" else {impl}
+    names = {*DEFAULT_IMPLS.values(), FALLBACK_IMPL, CUDA_AUTO} & set(op.impls) if impl == "auto" else {impl}
     return {name: torch_op(op, name) for name in names}
+
+
+@functools.cache
+def cuda_kernels_run() -> bool:
+    """Whether kernelkit's CUDA C++ kernels can launch here: cuda-core (the ``cuda`` extra) is installed."""
+    try:
+        return importlib.util.find_spec("cuda.core") is not None
+    except (ImportError, ValueError):  # no ``cuda`` package at all
+        return False
