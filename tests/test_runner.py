@@ -1,5 +1,6 @@
 """The runner: statuses for every way a case can go wrong, in one invocation, and a clean Ctrl-C."""
 
+import contextlib
 import json
 import os
 import signal
@@ -8,6 +9,7 @@ import sys
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 import torch
 
@@ -128,6 +130,51 @@ def test_ctrl_c_stops_cleanly_and_prints_what_finished(tmp_path):
     assert proc.returncode == 130, stderr
     assert "eager_fast" in stdout and "interrupted" in stdout
     assert "Traceback" not in stderr
+
+
+@pytest.mark.slow
+def test_a_worker_ends_when_its_runner_is_killed_outright(tmp_path):
+    # SIGKILL leaves the runner no moment to stop its worker: the worker, in the middle of a case that would sleep a
+    # minute, sees its parent gone and ends itself with what it started.
+    ops_file = tmp_path / "sleepy_ops.py"
+    ops_file.write_text(
+        "import os, subprocess, time, torch\nimport kernelkit as kk\n\n"
+        "@kk.op(sizes=[(4, 4)], dtypes=[torch.float32])\n"
+        "def ident(x):\n    return x + 0\n\n"
+        "@ident.impl('eager_sleepy')\ndef sleepy(x):\n"
+        "    child = subprocess.Popen(['sleep', '120'])\n"
+        "    with open(os.environ['KK_TEST_MARKER'], 'w') as f:\n"
+        "        f.write(f'{os.getpid()} {child.pid}')\n"
+        "    time.sleep(60)\n    return x + 0\n"
+    )
+    marker = tmp_path / "sleepy_case_started"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "kernelkit", "check", str(ops_file), "--device", "cpu", "--no-strict"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={**os.environ, "KK_TEST_MARKER": str(marker)},
+    )
+    deadline = time.monotonic() + 120
+    while not (marker.exists() and marker.read_text()) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert marker.exists(), "the sleepy case never started"
+    worker, child = map(int, marker.read_text().split())
+    proc.kill()
+    proc.communicate(timeout=30)
+    gone = time.monotonic() + 15
+    alive = [pid for pid in (worker, child) if _running(pid)]
+    while alive and time.monotonic() < gone:
+        time.sleep(0.2)
+        alive = [pid for pid in alive if _running(pid)]
+    for pid in alive:  # the test leaves nothing behind, whatever it found
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
+    assert not alive, f"still running after their runner was killed: {alive} (worker {worker}, its child {child})"
+
+
+def _running(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
 
 
 def test_runs_inside_reuse_workers_share_one_worker_and_nothing_is_left_after():

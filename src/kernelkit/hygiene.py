@@ -11,7 +11,8 @@ Workers also run in a session of their own (``os.setsid`` first thing), so that 
 with every process it started (``kill_group``), not the worker alone; and, on Linux, as a child subreaper
 (``become_subreaper``), so that a process that leaves the session (``setsid -f``, a daemon's double fork) is
 re-parented to the worker when its parent exits, seen by the snapshot as the worker's child and killed with it
-(``kill_tree``, ``kill_descendants``).
+(``kill_tree``, ``kill_descendants``). A worker whose runner dies without stopping it (SIGKILL) ends itself, with
+what it started, within a second (``exit_with_parent``).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import os
 import signal
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -272,6 +274,27 @@ def kill_tree(pid: int) -> None:
     for p in (root, *stopped):
         with contextlib.suppress(psutil.Error):
             p.kill()
+
+
+ORPHAN_POLL_S = 0.5  # how often a worker looks whether its runner is still its parent
+EXIT_ORPHANED = 75  # a worker's exit code when its runner died first (nobody waits for it: for logs and tests)
+
+
+def exit_with_parent(poll: float = ORPHAN_POLL_S) -> None:
+    """End this process, and what it started, once its parent is gone: a runner killed outright (SIGKILL, the OOM
+    killer, a CI job's time limit) must not leave its worker running, or hanging in, the job it was given. A
+    daemon thread compares the parent's pid with the one at the start: an orphan is given another parent (init,
+    or a subreaper)."""
+    parent = os.getppid()
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(poll)
+        kill_descendants()
+        os._exit(EXIT_ORPHANED)
+
+    threading.Thread(target=watch, name="kernelkit-parent-watch", daemon=True).start()
+
 
 
 def kill_descendants() -> None:

@@ -303,6 +303,7 @@ def _worker_main(conn: multiprocessing.connection.Connection, device: str, log_p
     exit (its caches are written as they are made)."""
     hygiene.own_session()  # first: the runner kills this process with all it starts, as one group
     hygiene.become_subreaper()  # a process that leaves the group (setsid) is adopted here when orphaned
+    hygiene.exit_with_parent()  # a runner killed outright takes its worker with it
     code = 1  # an error that escaped the loop: its traceback goes to the log
     try:
         _serve(conn, device, log_path, env)
