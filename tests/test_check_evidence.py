@@ -91,17 +91,29 @@ def test_sanitize_runs_the_tool_asked_for_over_the_same_check():
     assert sanitize.errors_in("========= ERROR SUMMARY: 3 errors\n========= ERROR SUMMARY: 1 error") == 4
     assert sanitize.errors_in("========= RACECHECK SUMMARY: 5 hazards displayed (2 errors, 3 warnings)") == 2
     assert sanitize.errors_in("========= ERROR SUMMARY: 0 errors") == 0
+    hit = ('========= Program hit cudaErrorInvalidValue (error 1) due to "invalid argument" on CUDA API call to '
+           'cudaPointerGetAttributes.\n=========     Saved host backtrace up to driver entry point at error\n')
+    assert sanitize.api_calls_in(hit * 2 + "========= Invalid __global__ write of size 4 bytes\n") == (
+        "cudaErrorInvalidValue from cudaPointerGetAttributes",) * 2
     refused = CliRunner().invoke(app, ["check", "square", "--sanitize", "leakcheck"])
     assert refused.exit_code == 2 and "racecheck" in refused.output
 
 
-@pytest.mark.parametrize(("code", "errors", "exit_code", "words"), [
-    (0, 0, 0, "memcheck: no errors"),
-    (sanitize.ERROR_EXIT, 3, 1, "memcheck: 3 error(s)"),
-    (2, 0, 2, "no errors found, but the check under it exited 2"),  # e.g. an unknown impl: the check's own usage error
+PROBE = "cudaErrorInvalidValue from cudaPointerGetAttributes"
+
+
+@pytest.mark.parametrize(("code", "errors", "api", "exit_code", "words"), [
+    (0, 0, 0, 0, "memcheck: no errors"),
+    (sanitize.ERROR_EXIT, 3, 0, 1, "memcheck: 3 error(s)"),
+    (2, 0, 0, 2, "no errors found, but the check under it exited 2"),  # e.g. an unknown impl: its usage error
+    # API calls that returned an error (a library's probe) are listed, not a kernel's error: exit 0 with the note
+    (sanitize.ERROR_EXIT, 34, 34, 0, f"no errors in the kernels; 34 CUDA API call(s) returned an error ({PROBE})"),
+    (sanitize.ERROR_EXIT, 5, 2, 1, "memcheck: 3 error(s); and 2 CUDA API call(s) returned an error"),
 ])
-def test_sanitize_tells_the_tools_errors_from_the_checks_own_failure(monkeypatch, code, errors, exit_code, words):
-    monkeypatch.setattr(sanitize, "run", lambda args, tool: sanitize.SanitizerRun(code, errors, "the check's output"))
+def test_sanitize_tells_the_tools_errors_from_the_checks_own_failure(monkeypatch, code, errors, api, exit_code,
+                                                                     words):
+    monkeypatch.setattr(sanitize, "run", lambda args, tool: sanitize.SanitizerRun(code, errors, "the check's output",
+                                                                                 (PROBE,) * api))
     done = CliRunner().invoke(app, ["check", "square", "--sanitize", "memcheck"])
     assert done.exit_code == exit_code, done.output
     assert words in " ".join(done.output.split())

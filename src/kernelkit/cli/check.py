@@ -239,9 +239,19 @@ def _sanitized(tool: str) -> int:
     except KernelkitError as exc:
         raise fail(exc, EXIT_USAGE) from None
     out.print(done.output[-6000:], highlight=False, markup=False)
-    if done.errors or done.returncode == sanitize.ERROR_EXIT:
-        out.print(f"compute-sanitizer {tool}: {done.errors} error(s)", highlight=False)
+    calls = ""
+    if done.api_calls:
+        kinds = sorted(set(done.api_calls), key=done.api_calls.index)
+        calls = (f"{len(done.api_calls)} CUDA API call(s) returned an error ({'; '.join(kinds[:3])}"
+                 f"{'; ...' if len(kinds) > 3 else ''})")
+    if done.kernel_errors or (done.returncode == sanitize.ERROR_EXIT and not done.api_calls):
+        out.print(f"compute-sanitizer {tool}: {done.kernel_errors} error(s)" + (f"; and {calls}" if calls else ""),
+                  highlight=False)
         return EXIT_FAILED
+    if calls and done.returncode in (0, sanitize.ERROR_EXIT):
+        out.print(f"compute-sanitizer {tool}: no errors in the kernels; {calls}: errors a library handled (a "
+                  "probe), or the impl's own host code (each call is listed above)", highlight=False)
+        return 0
     if done.returncode:  # no sanitizer error: the check under it failed on its own (its exit code, its reason above)
         out.print(f"compute-sanitizer {tool}: no errors found, but the check under it exited {done.returncode} "
                   "(its own message is above)", highlight=False)

@@ -5,7 +5,8 @@ memcheck catches every out-of-bounds or misaligned access of every kernel, at a 
 reports shared-memory data races, initcheck reads of global memory never written, synccheck invalid uses of
 barriers and other synchronization primitives. The check is re-run as a child process under
 ``compute-sanitizer --tool TOOL --target-processes all`` (the workers are its children), and its error summary
-decides the exit code.
+decides the exit code. memcheck also counts CUDA API calls that returned an error (a library probing pointer
+attributes, say, and handling the answer): those are listed apart and alone do not fail the check.
 """
 
 from __future__ import annotations
@@ -27,13 +28,23 @@ SUMMARY = re.compile(r"ERROR SUMMARY:\s*(\d+)\s+error")
 # racecheck's own summary: "RACECHECK SUMMARY: 3 hazards displayed (2 errors, 1 warning)"; its hazards that are
 # errors count, its warnings do not.
 RACE_SUMMARY = re.compile(r"RACECHECK SUMMARY:[^(\n]*\((\d+)\s+error")
+# An error a CUDA API call returned, which memcheck also counts in its summary: "Program hit cudaErrorInvalidValue
+# (error 1) due to "invalid argument" on CUDA API call to cudaPointerGetAttributes." Libraries probe with such calls
+# (pointer attributes, peer access) and handle the error; it is not a kernel's memory access.
+API_ERROR = re.compile(r"Program hit (\w+)[^\n]*? on CUDA API call to (\w+)")
 
 
 @dataclass(frozen=True)
 class SanitizerRun:
     returncode: int
-    errors: int
+    errors: int  # what the tool's summaries count, API-call errors included
     output: str
+    api_calls: tuple[str, ...] = ()  # "cudaErrorX from cudaY" for each API-call error the tool reported
+
+    @property
+    def kernel_errors(self) -> int:
+        """The errors that are not an API call's: memory accesses, hazards, barriers."""
+        return max(self.errors - len(self.api_calls), 0)
 
     @property
     def ok(self) -> bool:
@@ -76,8 +87,13 @@ def errors_in(output: str) -> int:
     return sum(counts)
 
 
+def api_calls_in(output: str) -> tuple[str, ...]:
+    """Each API-call error reported in ``output``, as 'cudaErrorInvalidValue from cudaPointerGetAttributes'."""
+    return tuple(f"{error} from {call}" for error, call in API_ERROR.findall(output))
+
+
 def run(check_args: Sequence[str], timeout: float | None = None, tool: str = "memcheck") -> SanitizerRun:
     """Run the check under compute-sanitizer's ``tool``; its output and error count."""
     done = subprocess.run(command(check_args, find_tool(), tool), capture_output=True, text=True, timeout=timeout)
     output = done.stdout + done.stderr
-    return SanitizerRun(done.returncode, errors_in(output), output)
+    return SanitizerRun(done.returncode, errors_in(output), output, api_calls_in(output))
