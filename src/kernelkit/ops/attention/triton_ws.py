@@ -10,8 +10,9 @@ the key/value blocks:
   overlap the math without register-hungry software pipelining. The pass takes one loop per kernel (two loops in
   a row fail inside it, checked with Triton 3.6 for sm_90), so a causal or ragged forward masks every step.
   **Not autotuned**: on an H200 (Triton 3.6, 2026-11-27, tests/test_ops_attention_ws.py forcing this shape) it
-  returned NaN in 1 to 7 of the 8 test shapes per run, not the same ones from run to run (full and causal, head
-  dim 64 and 128, seq 129 to 4096), where the plain loop was right every time: a race in the generated pipeline.
+  returned NaN in 8 of the 8 test shapes in one run and 7 in another (full and causal, head dim 64 and 128, seq
+  129 to 4096; the shape that passed once failed in a third run), where the plain loop was right every time.
+  Results that vary from run to run, as a race gives; the cause is not found.
   Only tests that force it (``WARP_SPECIALIZED_SHAPES``) run it.
 - plain: Triton's software pipeline, 8 warps; causal split into mask-free steps below the diagonal and masked
   steps on it, a ragged last key block masked alone. The autotuner chooses among these.
