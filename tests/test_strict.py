@@ -92,6 +92,23 @@ def test_a_file_that_patches_the_harness_at_import_is_caught():
     assert all("loading the target replaced" in message and "torch.allclose" in message for _, _, message in rows)
 
 
+def test_the_size_probe_is_left_out_past_its_memory_limit_and_says_so(monkeypatch):
+    from kernelkit.runs import strict
+
+    def check(size: tuple[int, int]):
+        return kk.check(str(CHEATS / "cheat_ops.py"), impls=["eager_hard_coded_shape"], device="cpu",
+                        isolate=False, strict=True, sizes=[size]).results[0]
+
+    caught = check((64, 48))  # the probe runs: a kernel for the listed shape only is wrong at 128x96
+    assert caught.status is Status.INCORRECT_NUMERICS and "hard-coded shapes" in caught.message
+    # 64x48 float32 is 12 KiB: a limit of 8 KiB leaves the probe out, and the result says why
+    monkeypatch.setattr(strict, "PROBE_BYTES", 8 << 10)
+    unprobed = check((64, 48))
+    assert unprobed.status is Status.PASSED
+    said = "unlisted-size probe (hard-coded shapes) was left out: this case's inputs take 12.0 KiB"
+    assert any(said in w for w in unprobed.warnings), unprobed.warnings
+
+
 @pytest.mark.parametrize("name", list(BUILTIN_OPS))
 def test_honest_impls_of_every_built_in_op_pass_strict_mode_on_cpu(cpu_process, name):
     op = open_target(name, "cpu").op()

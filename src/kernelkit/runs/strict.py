@@ -39,6 +39,7 @@ from kernelkit.jobs.strict_worker import SEAL, CallRecord, StrictCallJob, Strict
 from kernelkit.loading import load
 from kernelkit.results import CaseResult, Status
 from kernelkit.spec import Case, Op, parse_dtype
+from kernelkit.units import format_bytes
 
 __all__ = ["SEAL", "StrictChecker", "pack", "seal_builtin_ops", "strict_case", "unpack"]
 
@@ -46,6 +47,10 @@ _judge = _check_module.judge  # resolved when kernelkit is imported, before any 
 # On a GPU, more than this share of a call's device time in aten's own kernels -> FALLBACK. Not half: an honest
 # elementwise kernel fed a non-contiguous input spends about half its time in aten's copy to contiguous.
 FALLBACK_SHARE = 0.8
+# The unlisted-size probe runs where the case's own inputs take at most this much: every dimension doubled, a
+# large first case takes 2^d times its memory in both processes (a task's one size N makes N x N tensors: 4x), its
+# float64 reference more; on a CPU the OOM killer ends the run instead of an error.
+PROBE_BYTES = 128 << 20
 
 
 # ---- the judging side -----------------------------------------------------------------------------------------
@@ -60,6 +65,7 @@ class Prepared:
     kind: str
     off_size: tuple[int, ...] | None
     seeds: list[int]
+    note: str = ""  # why the size probe was left out, where a caller asked for it
 
 
 def prepare(op: Op, case: Case, device: str, probes: bool = True, timeout: float | None = None) -> Prepared:
@@ -71,7 +77,11 @@ def prepare(op: Op, case: Case, device: str, probes: bool = True, timeout: float
         made = [_check_module.reference_outputs(op, case.size, dtype, device, s) for s in seeds]
         kind = reference_kind(op, made[0][0])
     off = tuple(2 * d for d in case.size)  # doubled, not +1: an op's divisibility rules (groups, 2:4) still hold
-    off_size: tuple[int, ...] | None = off if probes else None
+    held = sum(t.numel() * t.element_size() for t in made[0][0] if isinstance(t, torch.Tensor))
+    off_size: tuple[int, ...] | None = off if probes and held <= PROBE_BYTES else None
+    note = "" if not probes or off_size else (
+        f"strict: the unlisted-size probe (hard-coded shapes) was left out: this case's inputs take "
+        f"{format_bytes(held)} (more than {format_bytes(PROBE_BYTES)}), and the probe doubles every dimension")
     try:
         if off_size is None:
             raise LookupError("no size probe")
@@ -79,7 +89,7 @@ def prepare(op: Op, case: Case, device: str, probes: bool = True, timeout: float
             made.append(_check_module.reference_outputs(op, off, dtype, device, secrets.randbelow(2**31 - 1) + 1))
     except (Exception, Expired):  # noqa: BLE001 - the op does not take that size (or not in time): no probe
         off_size = None
-    return Prepared([m[0] for m in made], [m[1] for m in made], [m[2] for m in made], kind, off_size, seeds)
+    return Prepared([m[0] for m in made], [m[1] for m in made], [m[2] for m in made], kind, off_size, seeds, note)
 
 
 def reference_kind(op: Op, inputs: Sequence[Any]) -> str:
@@ -141,7 +151,7 @@ def _strict(result: CaseResult, case: Case, op: Op, device: str, run: Any, tampe
     spent["worker"], clock = time.perf_counter() - clock, time.perf_counter()
     spent.update({f"worker_{k}": v for k, v in reply.details.pop("strict_s", {}).items()})
     result.backend = reply.backend
-    result.warnings = list(reply.warnings)
+    result.warnings = [*reply.warnings, *([prepared.note] if prepared.note else [])]
     if reply.log:
         result.log = reply.log
     result.details.update(reply.details)
