@@ -56,3 +56,24 @@ def test_a_message_cut_short_is_eof_not_a_short_read() -> None:
     with pytest.raises(EOFError, match="mid-message"):
         channel.recv_bytes(b)
     b.close()
+
+
+def test_a_slow_reader_on_one_connection_does_not_hold_up_another() -> None:
+    # Spread runs send jobs to several workers from several threads: each connection has its own write lock.
+    (a, a_peer), (b, b_peer) = _pair(), _pair()
+    big = bytearray(32 << 20)  # far more than a socket buffer: the write waits until a_peer reads
+    writer = threading.Thread(target=channel.send_bytes, args=(a, big))
+    writer.start()
+    done = threading.Event()
+
+    def other() -> None:
+        channel.send_bytes(b, b"next job")
+        assert channel.recv_bytes(b_peer) == b"next job"
+        done.set()
+
+    threading.Thread(target=other, daemon=True).start()
+    assert done.wait(timeout=10), "a write on another connection waited for the blocked one"
+    assert len(channel.recv_bytes(a_peer)) == len(big)
+    writer.join(timeout=30)
+    for s in (a, a_peer, b, b_peer):
+        s.close()

@@ -21,16 +21,28 @@ import os
 import pickle
 import struct
 import threading
+import weakref
 from typing import Any
 
 _LENGTH = struct.Struct("<Q")
 OUT_OF_BAND = 1 << 16  # bytes: a bytearray at least this long travels as a frame of its own
-_writing = threading.Lock()  # one frame at a time: a progress note from a thread never splits a message
+_locks: weakref.WeakKeyDictionary[Any, threading.Lock] = weakref.WeakKeyDictionary()
+_locks_guard = threading.Lock()
+
+
+def _writing(conn: Any) -> threading.Lock:
+    """The connection's own write lock: one message at a time on it (a progress note from a thread never splits
+    one), while other connections (another slot's worker) write at the same time."""
+    with _locks_guard:
+        lock = _locks.get(conn)
+        if lock is None:
+            lock = _locks[conn] = threading.Lock()
+        return lock
 
 
 def send_bytes(conn: Any, data: bytes | bytearray | memoryview) -> None:
     """One frame: ``data``'s length, then its bytes (not copied here)."""
-    with _writing:
+    with _writing(conn):
         _send_frame(conn.fileno(), data)
 
 
@@ -72,7 +84,7 @@ def send_job(conn: Any, job: Any) -> None:
     pickler.dump(job)
     message = head.getbuffer()
     struct.pack_into("<I", message, 0, len(pickler.buffers))
-    with _writing:
+    with _writing(conn):
         fd = conn.fileno()
         _send_frame(fd, message)
         del message
