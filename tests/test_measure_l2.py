@@ -84,7 +84,10 @@ def test_a_set_aside_or_a_window_makes_the_sample_wait_then_both_are_undone(limi
     if window:
         assert ("set_window", 0x7F, 0, 0, 0.0, l2.NORMAL, l2.NORMAL) in runtime.calls  # an empty window, hit ratio 0
     assert persisting.waited == 1
-    assert "waited for the device" in " ".join(persisting.notes())
+    said = " ".join(persisting.notes())
+    assert "waited for the device" in said
+    assert (f"a persisting L2 set-aside of {limit} bytes" in said) == bool(limit)  # which one made it wait
+    assert (f"an access-policy window of {window} bytes on the timed stream" in said) == bool(window)
 
 
 def test_refused_resets_and_a_missing_runtime_are_said():

@@ -138,6 +138,8 @@ class PersistingL2:
     sync: Callable[[], None] = field(default=lambda: torch.cuda.synchronize(), repr=False)
     waited: int = 0  # samples that waited for the device: a set-aside or a window was found before them
     failed: int = 0  # resets the runtime refused
+    set_aside: int = 0  # the largest persisting set-aside seen (bytes), for the note
+    window: int = 0  # the largest access-policy window seen on the timed stream (bytes), for the note
 
     @classmethod
     def open(cls, device: str) -> PersistingL2:
@@ -154,9 +156,11 @@ class PersistingL2:
         if runtime is None:
             return
         window = runtime.window_bytes(stream)
-        if window or runtime.limit():
+        limit = runtime.limit()
+        if window or limit:
             self.sync()
             self.waited += 1
+            self.set_aside, self.window = max(self.set_aside, limit), max(self.window, window)
         if window and runtime.set_window(stream, 0, 0, 0.0, NORMAL, NORMAL):
             self.failed += 1
         if runtime.reset_lines():
@@ -169,8 +173,10 @@ class PersistingL2:
             found.append(f"persisting L2 lines were not reset before cold samples (no CUDA runtime to call: "
                          f"{self.missing}): a call that pins its inputs in the L2 may time faster than memory")
         if self.waited:
-            found.append(f"a persisting L2 set-aside or access-policy window was found before {self.waited} cold "
-                         "samples: each waited for the device, then its persisting lines were reset")
+            what = [f"a persisting L2 set-aside of {self.set_aside} bytes" if self.set_aside else "",
+                    f"an access-policy window of {self.window} bytes on the timed stream" if self.window else ""]
+            found.append(f"{' and '.join(w for w in what if w)} found before {self.waited} cold samples: each "
+                         "waited for the device, then its persisting lines were reset")
         if self.failed:
             found.append(f"the CUDA runtime refused {self.failed} persisting L2 resets")
         return found
