@@ -96,6 +96,14 @@ def _aligned(t: torch.Tensor) -> torch.Tensor:
     return t if t.data_ptr() % CHUNK_BYTES == 0 else t.clone()
 
 
+def _operands(p: Problem) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(x, packed, zeros, y) as both CUDA GEMVs take them: x and the words 16-byte aligned, y new. Symmetric weights
+    have no zeros: any uint8 tensor fills the pointer (has_zeros = 0, never read)."""
+    x, packed = _aligned(p.x), _aligned(p.packed)
+    zeros = p.zeros if p.zeros is not None else packed.view(torch.uint8)
+    return x, packed, zeros, torch.empty((p.shape.m, p.shape.n), dtype=x.dtype, device=x.device)
+
+
 def cuda_gemv(p: Problem) -> torch.Tensor:
     """y (M, N) in x's dtype: one launch of gemv.cu's kernel for (bits, dtype, M tile); BackendUnavailable where
     ``cuda_unsupported`` gives a reason."""
@@ -103,13 +111,10 @@ def cuda_gemv(p: Problem) -> torch.Tensor:
     if reason is not None:
         raise BackendUnavailable(reason)
     s = p.shape
-    x, packed = _aligned(p.x), _aligned(p.packed)
-    y = torch.empty((s.m, s.n), dtype=x.dtype, device=x.device)
+    x, packed, zeros, y = _operands(p)
     codes = codes_per_chunk(p.bits)
     chunks = s.k // codes
     shift = PER_CHANNEL_SHIFT if p.group_size is None else (p.group_size // codes).bit_length() - 1
-    # Symmetric weights have no zeros: any uint8 tensor fills the pointer (has_zeros = 0, never read).
-    zeros = p.zeros if p.zeros is not None else packed.view(torch.uint8)
     kernel = KERNELS[p.bits, x.dtype, m_tile(s.m)]
     kernel.launch(cdiv(s.n, WARPS * ROWS_PER_WARP), WARPS * 32, x, packed, p.scales, zeros, y, s.m, s.n, chunks,
                   s.groups, shift, int(p.zeros is not None))
@@ -153,10 +158,8 @@ def cuda_gemv_mma(p: Problem) -> torch.Tensor:
     if reason is not None:
         raise BackendUnavailable(reason)
     s = p.shape
-    x, packed = _aligned(p.x), _aligned(p.packed)
-    y = torch.empty((s.m, s.n), dtype=x.dtype, device=x.device)
+    x, packed, zeros, y = _operands(p)
     shift = PER_CHANNEL_SHIFT if p.group_size is None else p.group_size.bit_length() - 1
-    zeros = p.zeros if p.zeros is not None else packed.view(torch.uint8)  # never read when symmetric
     kernel = MMA_KERNELS[p.bits, x.dtype, next(t for t in MMA_M_TILES if t >= s.m)]
     kernel.launch(cdiv(s.n, MMA_ROWS_PER_BLOCK), MMA_THREADS, x, packed, p.scales, zeros, y, s.m, s.n,
                   s.k // codes_per_chunk(p.bits), s.groups, shift, int(p.zeros is not None))
