@@ -71,7 +71,7 @@ def test_unrolled_configs_keep_a_step_of_1024_words_and_split_ones_zero_their_wo
     for config in unrolled.UNROLLED_CONFIGS:
         assert config.kwargs["BLOCK_N"] * config.kwargs["BLOCK_KW"] == 1024, config
         assert (config.pre_hook is None) == (config.kwargs["SPLIT_K"] == 1)
-    assert unrolled.UNROLLED_MIN_BLOCK_N == 4
+    assert unrolled.UNROLLED_MIN_BLOCK_N == 8
     # a split is whole steps of UNROLL tiles: 4096 int4 codes (512 words) at kw64 x 4 in 4 splits are 2 steps of 128
     assert unrolled.words_per_split(512, 64 * unrolled.UNROLL_TILES, 4) == 256
 
@@ -322,15 +322,16 @@ def test_the_checker_passes_or_skips_both_at_the_default_sizes_on_gpu() -> None:
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("config", range(5), ids=lambda i: f"config{i}")
+@pytest.mark.parametrize("config", range(4), ids=lambda i: f"config{i}")
 @pytest.mark.parametrize("m", [1, 16])
 def test_each_unrolled_config_alone_is_right_every_time_on_gpu(config: int, m: int, monkeypatch) -> None:
     # triton_gemv_unrolled failed 1-3 of its target cases in two GPU runs and none in a third, while every config
     # passes in the interpreter: the autotuner's pick varies from run to run, so each config is forced here (a
-    # wrong one fails every time), at the longest K, five calls each (a race fails some of them).
+    # wrong one fails every time), at the longest K, five calls each (a race fails some of them). The one found
+    # wrong that way, (4, 256, 4, 1, 1), is out of the list.
     from kernelkit.ops.lowbit import triton_gemv_unrolled as unrolled
 
-    assert len(unrolled.UNROLLED_CONFIGS) == 5  # the parametrization's range
+    assert len(unrolled.UNROLLED_CONFIGS) == 4  # the parametrization's range
     kernel = unrolled.lowbit_gemv_unrolled_kernel
     monkeypatch.setattr(kernel, "configs", [unrolled.UNROLLED_CONFIGS[config]])
     monkeypatch.setattr(kernel, "cache", {})

@@ -25,9 +25,11 @@ UNROLL = tl.constexpr(UNROLL_TILES)  # the same, as the kernel reads a global
 
 # (BLOCK_N, BLOCK_KW, warps, stages, SPLIT_K): 1024 words a tile (16 KiB a step over 4 tiles), as rows x words;
 # split ones for long K with few row blocks (4096x14336: 256 programs of 16 rows without a split). To be measured
-# (scripts/gpu-lowbit-style cold timings); each is a compile on a cold cache.
-UNROLLED_CONFIGS = [_config(8, 128, 4, 1, 1), _config(16, 64, 4, 1, 1), _config(4, 256, 4, 1, 1),
-                    _config(16, 64, 4, 1, 2), _config(16, 64, 4, 1, 4)]
+# (scripts/gpu-lowbit-style cold timings); each is a compile on a cold cache. (4, 256, 4, 1, 1) is left out: forced
+# alone on an H200 (Triton 3.6, 2026-11-27) it was wrong on every call (4041 of 4096 outputs at M = 1, K = 14336),
+# right in the interpreter; the autotuner's picking it now and then was the intermittent failure seen before.
+UNROLLED_CONFIGS = [_config(8, 128, 4, 1, 1), _config(16, 64, 4, 1, 1), _config(16, 64, 4, 1, 2),
+                    _config(16, 64, 4, 1, 4)]
 # The interpreter (~1 ms a program): small tiles, split in 2, so the CPU tests cover the split path and a
 # partial step (K = 128 at 4 bits is 16 words of a 32-word step); 64 rows a program, as the interpreter pays per
 # program and per operation, hardly per element.
