@@ -96,6 +96,36 @@ def test_strict_check_takes_every_shape_of_data_in_a_fresh_worker(kind: str, tmp
         (impl, Status.PASSED, "") for impl in ("reference", "submission") for _ in SPECS]
 
 
+PREFIX = """
+def ref_kernel(data):
+    x, out = data
+    return torch.cumsum(x.to(torch.float64), dim=0)  # the answer in float64, for accuracy (as prefixsum_py)
+
+def generate_input(size, seed):
+    gen = torch.Generator().manual_seed(seed)
+    return torch.randn(size, generator=gen), torch.empty(size)
+"""
+
+
+@pytest.mark.parametrize("strict", [False, True])
+def test_a_float64_answer_is_judged_at_the_precision_the_task_asks_of_a_submission(strict: bool, tmp_path: Path,
+                                                                                   cpu_process: None,
+                                                                                   monkeypatch: pytest.MonkeyPatch):
+    # GPU MODE compares values only; a task whose ref_kernel answers in float64 while its output buffer is float32
+    # failed every submission (and its own submission.py) as INCORRECT_DTYPE. A float64 answer is now the output
+    # buffer's dtype; a submission returning another dtype still fails.
+    writes = "def custom_kernel(data):\n    x, out = data\n    torch.cumsum(x, 0, out=out)\n    return out\n"
+    task = write_task(tmp_path / "prefix_py", PREFIX, writes, SPECS)
+    monkeypatch.setattr(check_run, "Worker", FreshWorker)
+    report = check_run.check(formats.source_file(task), device="cpu", strict=strict, isolate=strict)
+    assert {(r.impl, r.status) for r in report.results} == {("reference", Status.PASSED), ("submission", Status.PASSED)}
+    halves = "def custom_kernel(data):\n    x, out = data\n    return torch.cumsum(x, 0).half()\n"
+    task = write_task(tmp_path / "prefix_half_py", PREFIX, halves, SPECS)
+    report = check_run.check(formats.source_file(task), device="cpu", strict=strict, isolate=strict)
+    wrong = [r for r in report.results if r.impl == "submission"]
+    assert all(r.status is Status.INCORRECT_DTYPE and "expected torch.float32" in r.message for r in wrong), wrong
+
+
 def test_strict_bench_of_a_tuple_task_times_the_reference_and_the_submission(tmp_path: Path, cpu_process: None):
     task = write_task(tmp_path / "tuple_py", *DATA["tuple"], SPECS[:1], SPECS[1:])
     opened = open_target(formats.source_file(task), "cpu")

@@ -206,11 +206,15 @@ def task_op(task: Task, *, copy_inputs: bool = True) -> Op:
 
     def reference(*items: Any) -> Any:
         """ref_kernel at the task's own dtypes; its failure on the task's own data is the task's (INPUT_ERROR)."""
+        data = clone_data(gather(items, native=True))
         try:
-            return ref.ref_kernel(clone_data(gather(items, native=True)))
+            return at_task_precision(ref.ref_kernel(data), data, label)
         except Exception as exc:  # noqa: BLE001 - the task's reference rejects the task's own data
             raise InputError(f"{task.name}: ref_kernel raised on generate_input's data: {describe_exception(exc)}; "
                              f"the task's reference.py and its generate_input do not fit each other") from exc
+
+    def ref_kernel(data: Any) -> Any:
+        return at_task_precision(ref.ref_kernel(data), data, label)
 
     found = match_tolerance(ref.check_implementation)
     tolerance = {d: found for d in TOLERANCES} if found else {}
@@ -221,10 +225,32 @@ def task_op(task: Task, *, copy_inputs: bool = True) -> Op:
         description=f"GPU MODE task {task.name}: {codec.describe()} from task.yml (its tests, then its benchmarks); "
                     f"dtype is read off generate_input; tolerance {told}",
     )
-    op.impls["reference"] = Impl("reference", "eager", call(ref.ref_kernel), description="the task's ref_kernel")
+    op.impls["reference"] = Impl("reference", "eager", call(ref_kernel), description="the task's ref_kernel")
     if task.submission_path is not None:
         op.impls["submission"] = _submission_impl(task, call)
     return op
+
+
+def at_task_precision(value: Any, data: Any, label: torch.dtype) -> Any:
+    """ref_kernel's answer with each float64 tensor at the precision the task asks of a submission, where the task
+    works in a lower one: the dtype of the last floating tensor of ``data`` of the same shape (its output buffer,
+    or an input of that shape), else generate_input's ``label`` when it is floating. A task may compute its answer
+    in float64 for accuracy (prefixsum_py returns float64 while its output buffer is float32); GPU MODE compares
+    values only, and kernelkit checks dtypes, so without this every submission would be INCORRECT_DTYPE."""
+    if label == torch.float64:
+        return value
+    tensors = [x for x in spread(data)[:-1] if isinstance(x, torch.Tensor) and x.is_floating_point()]
+
+    def lowered(out: Any) -> Any:
+        if not isinstance(out, torch.Tensor) or out.dtype != torch.float64:
+            return out
+        same = [x.dtype for x in tensors if x.shape == out.shape and x.dtype != torch.float64]
+        want = same[-1] if same else label if label.is_floating_point else None
+        return out.to(want) if want is not None else out
+
+    if isinstance(value, tuple | list):
+        return type(value)(lowered(v) for v in value)
+    return lowered(value)
 
 
 def generate(task: Task, spec: dict[str, Any], seed: int, device: torch.device) -> Any:
