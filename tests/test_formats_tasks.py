@@ -126,6 +126,38 @@ def test_a_float64_answer_is_judged_at_the_precision_the_task_asks_of_a_submissi
     assert all(r.status is Status.INCORRECT_DTYPE and "expected torch.float32" in r.message for r in wrong), wrong
 
 
+def test_memory_generate_input_left_unwritten_holds_nan_not_an_earlier_answer():
+    # On an H200, strict check of grayscale_py found its torch.empty output buffer holding the answer of the same
+    # spec's earlier case (the allocator handed back that block): an untouched buffer would pass, and the judge sent
+    # the answer to the worker. What generate_input made with torch.empty and never wrote is now filled.
+    def generate():
+        x = torch.empty(4, 3)
+        x.uniform_()  # written: kept
+        y = torch.empty(4, 3).contiguous()  # never written: NaN
+        counts = torch.empty(8, dtype=torch.int64)  # never written: the largest int64
+        z = torch.empty(5)
+        torch.add(torch.ones(5), 1, out=z)  # written through out=: kept
+        v = torch.empty(2)
+        v[...] = 7  # written through indexing: kept
+        return x, {"out": y, "counts": counts}, z, v
+
+    x, bufs, z, v = task_data.fill_unwritten(generate)
+    assert torch.isfinite(x).all() and bool((x >= 0).all()) and torch.isnan(bufs["out"]).all()
+    assert bool((bufs["counts"] == torch.iinfo(torch.int64).max).all())
+    assert torch.equal(z, torch.full((5,), 2.0)) and torch.equal(v, torch.full((2,), 7.0))
+
+
+@pytest.mark.parametrize("strict", [False, True])
+def test_a_submission_returning_its_output_buffer_untouched_fails(strict: bool, tmp_path: Path, cpu_process: None,
+                                                                 monkeypatch: pytest.MonkeyPatch):
+    lazy = "def custom_kernel(data):\n    a, b, out = data\n    return out\n"
+    task = write_task(tmp_path / "lazy_py", DATA["output buffer"][0], lazy, SPECS)
+    monkeypatch.setattr(check_run, "Worker", FreshWorker)
+    report = check_run.check(formats.source_file(task), device="cpu", strict=strict, isolate=strict)
+    got = {(r.impl, r.status) for r in report.results}
+    assert got == {("reference", Status.PASSED), ("submission", Status.INCORRECT_NUMERICS)}, report.results
+
+
 def test_strict_bench_of_a_tuple_task_times_the_reference_and_the_submission(tmp_path: Path, cpu_process: None):
     task = write_task(tmp_path / "tuple_py", *DATA["tuple"], SPECS[:1], SPECS[1:])
     opened = open_target(formats.source_file(task), "cpu")

@@ -42,6 +42,7 @@ from kernelkit.formats.task_data import (
     ShapeCodec,
     clone_data,
     combine_seed,
+    fill_unwritten,
     gather,
     spread,
     to_device,
@@ -266,7 +267,7 @@ def generate(task: Task, spec: dict[str, Any], seed: int, device: torch.device) 
             raise InputError(f"{task.name}: spec {spec} has a seed too large to combine with a second one below "
                              f"2**63 (eval.py's _combine); give task.yml seeds below 2**31")
     try:
-        return task.reference.generate_input(**args)
+        return fill_unwritten(lambda: task.reference.generate_input(**args))
     except Exception as exc:  # noqa: BLE001 - the task's input factory failed
         if device.type == "cpu" and not torch.cuda.is_available() and re.search(r"cuda|gpu|nvidia", str(exc), re.I):
             said = (str(exc).strip().splitlines() or [type(exc).__name__])[0]

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+from torch.overrides import TorchFunctionMode
 
 from kernelkit.errors import SpecError
 from kernelkit.spec import Size, dtype_name
@@ -177,3 +178,53 @@ def gather(inputs: Sequence[Any], native: bool = False) -> Any:
         return tuple(built) if kind == "tuple" else built
 
     return build(json.loads(inputs[-1]))
+
+
+# Uninitialised memory -------------------------------------------------------------------------------------------
+
+class _Unwritten(TorchFunctionMode):
+    """Storages that generate_input made with torch.empty (or empty_like, new_empty ...) and never passed to anything
+    that could write them: an output buffer, whose memory holds whatever the allocator last kept there."""
+
+    EMPTY = frozenset({"empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided"})
+    # Calls that neither write a tensor nor hand its memory to code torch cannot see (a .numpy() view, a
+    # kernel given data_ptr()): a tensor passed to any other call counts as written.
+    READS = frozenset({"contiguous", "view", "reshape", "size", "dim", "numel", "stride", "is_contiguous",
+                       "element_size", "__get__", "__len__", "__repr__", "__format__"})
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.storages: dict[int, torch.Tensor] = {}
+
+    def __torch_function__(self, func: Any, types: Any, args: Sequence[Any] = (), kwargs: Any = None) -> Any:
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        name = getattr(func, "__name__", "")
+        if name in self.EMPTY:
+            if isinstance(out, torch.Tensor) and out.numel():
+                self.storages[out.untyped_storage().data_ptr()] = out
+        elif name not in self.READS:
+            for x in [*args, *kwargs.values()]:
+                for t in x if isinstance(x, list | tuple) else (x,):
+                    if isinstance(t, torch.Tensor) and t.numel():
+                        self.storages.pop(t.untyped_storage().data_ptr(), None)
+        return out
+
+
+def fill_unwritten(make: Any) -> Any:
+    """``make()`` (a task's generate_input), with the tensors it returns uninitialised filled: NaN for floating
+    dtypes, the largest value for integers, True for bools. Otherwise an output buffer made with torch.empty can
+    hold a previous case's answer (the allocator hands back the block it was in), and a submission that returns
+    the buffer untouched would pass; the judge would also send that answer to a strict worker."""
+    with _Unwritten() as seen:
+        data = make()
+    unwritten = {ptr for ptr in seen.storages}
+    for t in spread(data)[:-1]:
+        if isinstance(t, torch.Tensor) and t.numel() and t.untyped_storage().data_ptr() in unwritten:
+            if t.is_floating_point() or t.is_complex():
+                t.fill_(float("nan"))
+            elif t.dtype == torch.bool:
+                t.fill_(True)
+            else:
+                t.fill_(torch.iinfo(t.dtype).max)
+    return data
