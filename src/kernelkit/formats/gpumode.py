@@ -34,6 +34,7 @@ from typing import Any
 
 import torch
 import yaml
+from torch.overrides import TorchFunctionMode
 
 from kernelkit.errors import BackendUnavailable, CompileError, InputError, LoadError, SpecError, describe_exception
 from kernelkit.formats._imports import aliased_imports
@@ -205,11 +206,20 @@ def task_op(task: Task, *, copy_inputs: bool = True) -> Op:
         run.__name__ = f"{task.name}_{getattr(fn, '__name__', 'kernel')}"
         return run
 
+    found = match_tolerance(ref.check_implementation)
+
     def reference(*items: Any) -> Any:
-        """ref_kernel at the task's own dtypes; its failure on the task's own data is the task's (INPUT_ERROR)."""
+        """ref_kernel at the task's own dtypes; its failure on the task's own data is the task's (INPUT_ERROR).
+        Asked for the case-precision reference (``items`` not raised to float64) of a task whose tolerance
+        kernelkit cannot read, ref_kernel's own casts to float64 stay at the task's dtype: that answer's error is
+        the allowance kernelkit's rule adds (a float64-only reference would leave none)."""
         data = clone_data(gather(items, native=True))
+        raised = any(isinstance(x, torch.Tensor) and x.dtype == torch.float64 for x in items[:-1])
         try:
-            return at_task_precision(ref.ref_kernel(data), data, label)
+            if found or raised or label == torch.float64 or not label.is_floating_point:
+                return at_task_precision(ref.ref_kernel(data), data, label)
+            with _NoUpcast(label):
+                return at_task_precision(ref.ref_kernel(data), data, label)
         except Exception as exc:  # noqa: BLE001 - the task's reference rejects the task's own data
             raise InputError(f"{task.name}: ref_kernel raised on generate_input's data: {describe_exception(exc)}; "
                              f"the task's reference.py and its generate_input do not fit each other") from exc
@@ -217,7 +227,6 @@ def task_op(task: Task, *, copy_inputs: bool = True) -> Op:
     def ref_kernel(data: Any) -> Any:
         return at_task_precision(ref.ref_kernel(data), data, label)
 
-    found = match_tolerance(ref.check_implementation)
     tolerance = {d: found for d in TOLERANCES} if found else {}
     told = f"atol={found[0]:g}, rtol={found[1]:g} from check_implementation" if found else "kernelkit's rule"
     op = Op(
@@ -230,6 +239,23 @@ def task_op(task: Task, *, copy_inputs: bool = True) -> Op:
     if task.submission_path is not None:
         op.impls["submission"] = _submission_impl(task, call)
     return op
+
+
+class _NoUpcast(TorchFunctionMode):
+    """float64 casts and factories inside ref_kernel made at ``dtype`` instead (``x.to(torch.float64)``,
+    ``x.double()``, ``dtype=torch.float64``): the task's answer computed at the precision it asks of a submission."""
+
+    def __init__(self, dtype: torch.dtype) -> None:
+        super().__init__()
+        self.dtype = dtype
+
+    def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        kwargs = {k: self.dtype if v is torch.float64 else v for k, v in (kwargs or {}).items()}
+        if getattr(func, "__name__", "") == "double":
+            return args[0].to(self.dtype)
+        if getattr(func, "__name__", "") in ("to", "type"):
+            args = tuple(self.dtype if a is torch.float64 else a for a in args)
+        return func(*args, **kwargs)
 
 
 def at_task_precision(value: Any, data: Any, label: torch.dtype) -> Any:
