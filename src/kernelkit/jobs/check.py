@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from kernelkit import backends, verify
+from kernelkit import backends, values, verify
 from kernelkit.errors import BackendUnavailable, CompileError, InputError, describe_exception
 from kernelkit.formats import kernelbench
 from kernelkit.jobs import OnBuilt, caught_warnings, evidence, progress, unique
@@ -192,7 +192,7 @@ def reference_outputs(op: Op, size: tuple[int, ...], dtype: torch.dtype, device:
     BackendUnavailable ("out of memory on this GPU") when they do not fit even with no earlier case's kept: the
     case is too big for the device, no impl is to blame (an impl's own out-of-memory is its RUNTIME_ERROR).
     """
-    key = (id(op), op.name, tuple(size), dtype, device, seed)
+    key = (id(op), op.name, tuple(size), dtype, device, seed, values.drawing_on_device())
     if key not in _references:
         while len(_references) >= _REFERENCES_KEPT:
             oldest = next(iter(_references))
@@ -206,7 +206,7 @@ def reference_outputs(op: Op, size: tuple[int, ...], dtype: torch.dtype, device:
 def reference_kind(op: Op, size: tuple[int, ...], dtype: torch.dtype, device: str, seed: int) -> str:
     """What the reference returns on this input set (verify.kind_of: 'tensor', 'tuple', ...), noted when
     ``reference_outputs`` made it."""
-    key = (id(op), op.name, tuple(size), dtype, device, seed)
+    key = (id(op), op.name, tuple(size), dtype, device, seed, values.drawing_on_device())
     if key not in _kinds:
         reference_outputs(op, size, dtype, device, seed)
     return _kinds[key]

@@ -34,14 +34,14 @@ from kernelkit.jobs.bench import (
     contender_impl,
     device_ceilings,
 )
-from kernelkit.jobs.strict_worker import SEAL, pack, unpack
+from kernelkit.jobs.strict_worker import SEAL, Drawn, Undrawn, pack, set_inputs
 from kernelkit.loading import load
 from kernelkit.measure import timer
 from kernelkit.measure.count import settle_kind
 from kernelkit.measure.measurement import BenchResult
 from kernelkit.measure.timer import Contender, Settings
 from kernelkit.results import Status
-from kernelkit.spec import Size
+from kernelkit.spec import Size, parse_dtype
 
 Kept = tuple[int, int, Any]  # (call number, input set, what the call returned)
 
@@ -55,6 +55,7 @@ class StrictBenchOutcome(BenchOutcome):
     # impl -> (call number, input set, outputs as bytes, the outputs' storage addresses, all alive when taken)
     rechecks: dict[str, list[tuple[int, int, bytes, tuple[int, ...]]]] = field(default_factory=dict)
     tampered: list[str] = field(default_factory=list)
+    undrawn: bool = False  # the sets made here from their seeds were not the judge's: nothing was timed
 
 
 def rotation(fn: Callable[..., Any], sets: Sequence[tuple[Any, ...]]
@@ -107,7 +108,7 @@ class StrictBenchJob:
     dtype: str
     contenders: tuple[tuple[str, str], ...]
     settings: Settings
-    sets: tuple[bytes, ...]
+    sets: tuple[bytes | Drawn, ...]
     cost: tuple[int, int | None, int]  # bytes, flops, working set of one call
 
     @property
@@ -132,7 +133,10 @@ class StrictBenchJob:
 
     def _execute(self, device: str, on_built: OnBuilt | None, notices: list[str]) -> StrictBenchOutcome:
         op = load(self.source)[self.op]
-        sets = [unpack(s, device) for s in self.sets]
+        try:
+            sets = [set_inputs(s, op, parse_dtype(self.dtype), device) for s in self.sets]
+        except Undrawn:  # the judge sends the sets as bytes instead
+            return StrictBenchOutcome([], undrawn=True)
         nbytes, flops, working = self.cost  # counted by the judging process: the FLOPs' matmul rate is set here
         settle_kind(op, sets[0])
         ceilings = device_ceilings(device, notices) if self.settings.calibrate else None

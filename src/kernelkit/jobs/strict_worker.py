@@ -1,6 +1,7 @@
 """Strict mode's worker side: what runs where the impl lives, and what it sends back (jobs/strict.py judges it).
 
 ``StrictCallJob`` unpacks each input set (``pack``/``unpack``: tensors as bytes, layout kept, no shared storage),
+or makes it from its seed where the judge says so and checks it is the judge's (``Drawn``),
 calls the impl under the guards of guards.py and answers with a ``StrictReply``: per call a ``CallRecord`` of
 the outputs and inputs as bytes and what the guards saw. It never holds a reference output.
 """
@@ -43,6 +44,74 @@ def unpack(data: bytes, device: str | None = None) -> tuple[Any, ...]:
     if not isinstance(values, tuple):
         raise wire.WireError(f"packed values are a tuple, not {type(values).__name__}")
     return values
+
+
+@dataclass(frozen=True)
+class Drawn:
+    """An input set the worker makes itself, as the judge made its own: ``op.make_inputs(size, dtype, device,
+    seed)`` (inside values.device_draws when ``on_device``), then checked against the judge's ``fingerprint`` of
+    its copy. Nothing crosses the pipe but these numbers: on a GPU a set is no longer copied to the host, sent
+    and copied back. The worker learns the seed when the job comes, as it learned the bytes before; a worker that
+    makes other inputs (an op whose inputs are not a function of their seed, or a patched factory) fails the
+    fingerprint, and the judge sends that case's sets as bytes."""
+
+    size: tuple[int, ...]
+    seed: int
+    on_device: bool
+    fingerprint: tuple[str, ...]
+
+
+class Undrawn(Exception):
+    """The worker's set is not the judge's (``Drawn.fingerprint``)."""
+
+
+FINGERPRINT_CHUNK = 1 << 24  # elements summed at a time on a GPU (float64 temporaries of 128 MiB)
+
+
+def fingerprint(values: Sequence[Any]) -> tuple[str, ...]:
+    """What identifies an input set's values, cheaply, the same in any process that holds the same values: per
+    tensor its dtype, shape and strides and, on the CPU, a hash of its bytes; on a GPU, where hashing would
+    need a host copy, two float64 sums (plain, and weighted by position mod 1021) and the NaN count, chunk by
+    chunk (CUDA's sums are the same run to run). Plain values by their repr, other objects by their type."""
+    import hashlib
+
+    marks = []
+    for x in values:
+        if not isinstance(x, torch.Tensor):
+            plain = isinstance(x, (int, float, str, bool, type(None)))
+            marks.append(repr(x) if plain else type(x).__name__)
+            continue
+        head = f"{x.dtype}|{tuple(x.shape)}|{tuple(x.stride())}"
+        flat = x.detach().contiguous().reshape(-1)
+        if flat.device.type == "cpu" or not flat.numel():
+            digest = hashlib.blake2b(flat.view(torch.uint8).numpy().data if flat.numel() else b"", digest_size=16)
+            marks.append(f"{head}|{digest.hexdigest()}")
+            continue
+        numbers = torch.view_as_real(flat).reshape(-1) if flat.is_complex() else flat
+        sums = []
+        for start in range(0, numbers.numel(), FINGERPRINT_CHUNK):
+            part = numbers[start:start + FINGERPRINT_CHUNK].to(torch.float64)
+            weights = torch.arange(start, start + part.numel(), device=part.device, dtype=torch.int64) % 1021 + 1
+            nan = torch.isnan(part)
+            part = part.nan_to_num(nan=0.0, posinf=1e300, neginf=-1e300)
+            sums.append((float(part.sum()), float((part * weights).sum()), int(nan.sum())))
+        marks.append(f"{head}|{sums!r}")
+    return tuple(marks)
+
+
+def set_inputs(entry: bytes | Drawn, op: Any, dtype: torch.dtype, device: str) -> tuple[Any, ...]:
+    """One input set of a job: unpacked from its bytes, or made here (``Drawn``); Undrawn when what was made here
+    is not what the judge made."""
+    if not isinstance(entry, Drawn):
+        return unpack(entry, device)
+    from kernelkit import values
+
+    with values.device_draws(entry.on_device):
+        made = tuple(op.make_inputs(entry.size, dtype, torch.device(device), entry.seed))
+    if fingerprint(made) != entry.fingerprint:
+        raise Undrawn(f"the inputs made here for size {'x'.join(map(str, entry.size))} and seed {entry.seed} are "
+                      "not the judge's")
+    return made
 
 
 # ---- the worker's side ----------------------------------------------------------------------------------------
@@ -96,7 +165,7 @@ class StrictCallJob:
     """Run ``case``'s impl on the packed input ``sets`` in ``plan`` order: (set index, 'new' or 'inplace')."""
 
     case: Case
-    sets: tuple[bytes, ...]
+    sets: tuple[bytes | Drawn, ...]
     plan: tuple[tuple[int, str], ...]
 
     def failed(self, device: str, status: Status, message: str, log: str = "") -> StrictReply:
@@ -133,10 +202,21 @@ class StrictCallJob:
         watch = guards.LaunchWatch(impl.kernels, streams)
         built = backends.build_state(op, impl)
         spent = dict.fromkeys(("unpack", "calls", "compare"), 0.0)  # seconds, for the judge's breakdown
+        pristine: dict[int, tuple[Any, ...]] = {}  # sets made here, as made: each call gets a copy in new memory
         with watch:
             for number, (which, placement) in enumerate(self.plan):
                 clock = time.perf_counter()
-                inputs = unpack(self.sets[which], device)
+                entry = self.sets[which]
+                if isinstance(entry, Drawn):
+                    try:
+                        if which not in pristine:
+                            pristine[which] = set_inputs(entry, op, parse_dtype(self.case.dtype), device)
+                    except Undrawn as exc:  # the judge sends this case's sets as bytes instead
+                        return StrictReply(Status.RUNTIME_ERROR, str(exc), backend=impl.backend,
+                                           details={"undrawn": which}, tampered=SEAL.tampered())
+                    inputs = verify.fresh_copies(pristine[which])
+                else:
+                    inputs = unpack(entry, device)
                 spent["unpack"] += time.perf_counter() - clock
                 if placement == "inplace" and previous:
                     with torch.no_grad():

@@ -1,8 +1,9 @@
 """Strict mode's check: the reference where the impl never runs, the impl where the reference never is.
 
 The judging process (the one that calls ``run_cases``/``check``) makes each case's inputs and computes their
-reference; the worker (strict_worker.py) gets only the inputs, as bytes (``pack``), runs the impl under the
-guards of guards.py and sends back, as data (kernelkit.wire), what it returned and which of its arguments each call
+reference; the worker (strict_worker.py) gets only the inputs' sizes and seeds, makes them again and shows by
+their fingerprint that they are the judge's (else the case's sets go as bytes), runs the impl under the guards of
+guards.py and sends back, as data (kernelkit.wire), what it returned and which of its arguments each call
 changed, with what it saw (threads, late writes, breached canaries, replaced harness objects, kernel launches).
 The judging process then judges every call with ``check.judge``, resolved when kernelkit was imported. Nothing
 of the reference ever reaches the worker.
@@ -10,9 +11,10 @@ of the reference ever reaches the worker.
 One case is two calls; the first case of each impl in a run has the probes 2 and 3 too (3 when the op takes
 the other size):
 0. the case's seed (reproducible) in new memory: the build call;
-1. a seed drawn here with ``secrets`` written into call 0's own tensors: same addresses, new contents, so an
-   output cached by address is stale (the write moves ``_version``, as PyTorch promises: a cache keyed on it is
-   correct, and what it wins is time, which strict bench sees as one output storage returned twice);
+1. a seed drawn here with ``secrets`` (drawn on the device: values.device_draws) written into call 0's own
+   tensors: same addresses, new contents, so an output cached by address is stale (the write moves ``_version``,
+   as PyTorch promises: a cache keyed on it is correct, and what it wins is time, which strict bench sees as one
+   output storage returned twice);
 2. call 0's inputs again in new memory: an answer kept by content comes back as the same storage (replay);
 3. every dimension doubled (when the op's inputs and reference take it; doubling keeps an op's divisibility
    rules): a kernel hard-coded to the listed shapes is wrong there.
@@ -24,18 +26,27 @@ import secrets
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
-from kernelkit import verify, wire
+from kernelkit import values, verify, wire
 from kernelkit.deadline import Expired, deadline
 from kernelkit.errors import BackendUnavailable, InputError, describe_exception
 from kernelkit.jobs import caught_warnings, evidence, guards, unique
 from kernelkit.jobs import check as _check_module
 from kernelkit.jobs.evidence import CheckOptions
-from kernelkit.jobs.strict_worker import SEAL, CallRecord, StrictCallJob, StrictReply, pack, unpack
+from kernelkit.jobs.strict_worker import (
+    SEAL,
+    CallRecord,
+    Drawn,
+    StrictCallJob,
+    StrictReply,
+    fingerprint,
+    pack,
+    unpack,
+)
 from kernelkit.loading import load
 from kernelkit.results import CaseResult, Status
 from kernelkit.spec import Case, Op, parse_dtype
@@ -66,6 +77,12 @@ class Prepared:
     off_size: tuple[int, ...] | None
     seeds: list[int]
     note: str = ""  # why the size probe was left out, where a caller asked for it
+    draws: list[tuple[tuple[int, ...], int, bool]] = field(default_factory=list)  # each set's (size, seed, on device)
+
+    def drawn(self) -> tuple[Drawn, ...]:
+        """The sets as the worker makes them again (jobs/strict_worker.Drawn), with their fingerprints."""
+        return tuple(Drawn(size, seed, on_device, fingerprint(inputs))
+                     for (size, seed, on_device), inputs in zip(self.draws, self.inputs, strict=True))
 
 
 def prepare(op: Op, case: Case, device: str, probes: bool = True, timeout: float | None = None) -> Prepared:
@@ -74,8 +91,11 @@ def prepare(op: Op, case: Case, device: str, probes: bool = True, timeout: float
     dtype = parse_dtype(case.dtype)
     seeds = [case.seed, secrets.randbelow(2**31 - 1) + 1]
     with deadline(timeout or 0):
-        made = [_check_module.reference_outputs(op, case.size, dtype, device, s) for s in seeds]
+        made = [_check_module.reference_outputs(op, case.size, dtype, device, seeds[0])]
+        with values.device_draws():  # a secret set need only be the same where the same device makes it again
+            made.append(_check_module.reference_outputs(op, case.size, dtype, device, seeds[1]))
         kind = reference_kind(op, made[0][0])
+    draws = [(tuple(case.size), seeds[0], False), (tuple(case.size), seeds[1], True)]
     off = tuple(2 * d for d in case.size)  # doubled, not +1: an op's divisibility rules (groups, 2:4) still hold
     held = sum(t.numel() * t.element_size() for t in made[0][0] if isinstance(t, torch.Tensor))
     off_size: tuple[int, ...] | None = off if probes and held <= PROBE_BYTES else None
@@ -85,11 +105,14 @@ def prepare(op: Op, case: Case, device: str, probes: bool = True, timeout: float
     try:
         if off_size is None:
             raise LookupError("no size probe")
-        with deadline(timeout or 0):
-            made.append(_check_module.reference_outputs(op, off, dtype, device, secrets.randbelow(2**31 - 1) + 1))
+        seed = secrets.randbelow(2**31 - 1) + 1
+        with deadline(timeout or 0), values.device_draws():
+            made.append(_check_module.reference_outputs(op, off, dtype, device, seed))
+        draws.append((off, seed, True))
     except (Exception, Expired):  # noqa: BLE001 - the op does not take that size (or not in time): no probe
         off_size = None
-    return Prepared([m[0] for m in made], [m[1] for m in made], [m[2] for m in made], kind, off_size, seeds, note)
+    return Prepared([m[0] for m in made], [m[1] for m in made], [m[2] for m in made], kind, off_size, seeds, note,
+                    draws)
 
 
 def reference_kind(op: Op, inputs: Sequence[Any]) -> str:
@@ -144,10 +167,14 @@ def _strict(result: CaseResult, case: Case, op: Op, device: str, run: Any, tampe
     prepared = prepare(op, case, device, probes, timeout)
     again = probes or options.determinism  # call 2: call 0's inputs again, in new memory
     plan = [(0, "new"), (1, "inplace")] + ([(0, "new")] if again else []) + ([(2, "new")] if prepared.off_size else [])
-    job = StrictCallJob(case, tuple(pack(x) for x in prepared.inputs), tuple(plan))
+    job = StrictCallJob(case, prepared.drawn(), tuple(plan))
     spent = result.details.setdefault("strict_s", {})  # where a strict case's time goes (scripts/gpu-strict)
     spent["prepare"], clock = time.perf_counter() - clock, time.perf_counter()
     reply: StrictReply = run(job)
+    if "undrawn" in reply.details:  # the worker made other inputs from the same seeds: the sets go as bytes
+        reply = run(StrictCallJob(case, tuple(pack(x) for x in prepared.inputs), tuple(plan)))
+        reply.warnings.append("strict: this op's inputs were not the same when the worker made them again from "
+                              "their seeds (inputs that are not a function of their seed?): they were sent as bytes")
     spent["worker"], clock = time.perf_counter() - clock, time.perf_counter()
     spent.update({f"worker_{k}": v for k, v in reply.details.pop("strict_s", {}).items()})
     result.backend = reply.backend

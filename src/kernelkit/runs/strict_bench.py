@@ -4,7 +4,8 @@ timed calls on secret inputs drawn at random, each kept output judged here.
 For one (op, size, dtype):
 1. each case is checked in strict mode (runs/strict.py); only PASSED ones are timed;
 2. this process draws SETS input sets from secret seeds (fewer where SETS would not fit in MEMORY_SHARE of the
-   free memory: the results say so) and computes their references; the worker gets the inputs only, as bytes.
+   free memory: the results say so) and computes their references; the worker gets the sets' seeds only and
+   makes them again (strict_worker.Drawn: their fingerprints must match, else they go as bytes).
    Each timed call runs on a set drawn at random once the call before it returned, and the outputs of calls the
    worker drew after they returned (one in each power-of-two range of call numbers, the last ranges reached) and
    of the last call come back as bytes, to be judged here against their own set's reference (an answer that is
@@ -19,17 +20,19 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import Any
 
 import psutil
 import torch
 
+from kernelkit import values
 from kernelkit.deadline import Expired, deadline
 from kernelkit.errors import BackendUnavailable, InputError
 from kernelkit.jobs import check as check_module
 from kernelkit.jobs.bench import gate_message, speedups
 from kernelkit.jobs.strict_bench import StrictBenchJob, StrictBenchOutcome
-from kernelkit.jobs.strict_worker import pack, unpack
+from kernelkit.jobs.strict_worker import Drawn, fingerprint, pack, unpack
 from kernelkit.loading import load
 from kernelkit.measure import modes
 from kernelkit.measure.measurement import SUSPECT_PCT, BenchResult
@@ -73,9 +76,11 @@ def _time(worker: Any, group: Any, contenders: tuple[tuple[str, str], ...], sett
     note = ""
     try:
         with deadline(timeout):  # the op's own code, run here: bounded as a case is (runs/strict.py)
-            made = [_made(op, group, dtype, device)]
+            seeds = [secrets.randbelow(2**31 - 1) + 1]
+            made = [_made(op, group, dtype, device, seeds[0])]
             count, note = set_count(_set_bytes(made[0], len(contenders)), free_bytes(device), device)
-            made.extend(_made(op, group, dtype, device) for _ in range(count - 1))
+            seeds.extend(secrets.randbelow(2**31 - 1) + 1 for _ in range(count - 1))
+            made.extend(_made(op, group, dtype, device, seed) for seed in seeds[1:])
             nbytes, flops = op.cost(made[0][0], made[0][2])
     except (BackendUnavailable, InputError, Expired) as exc:
         status, message = ((Status.SKIPPED, str(exc)) if isinstance(exc, BackendUnavailable) else
@@ -84,9 +89,15 @@ def _time(worker: Any, group: Any, contenders: tuple[tuple[str, str], ...], sett
         return [BenchResult(group.op, name, "?", group.size, group.dtype, device, settings.mode, status, role=role,
                             message=message) for name, role in contenders]
     working = sum(t.numel() * t.element_size() for t in (*made[0][0], *made[0][2]) if isinstance(t, torch.Tensor))
-    job = StrictBenchJob(group.source, group.op, group.size, group.dtype, contenders, settings,
-                         tuple(pack(m[0]) for m in made), (nbytes, flops, working))
+    drawn = tuple(Drawn(tuple(group.size), seed, True, fingerprint(m[0])) for seed, m in zip(seeds, made, strict=True))
+    job = StrictBenchJob(group.source, group.op, group.size, group.dtype, contenders, settings, drawn,
+                         (nbytes, flops, working))
     outcome: StrictBenchOutcome = worker.run(job, job.timeout)
+    if outcome.undrawn:  # the worker made other inputs from the same seeds: the sets go as bytes
+        job = replace(job, sets=tuple(pack(m[0]) for m in made))
+        outcome = worker.run(job, job.timeout)
+        note = " ".join(filter(None, [note, "strict bench: this op's inputs were not the same when the worker made "
+                                      "them again from their seeds: they were sent as bytes"]))
     atol, rtol = op.tolerance_for(dtype)
     for result in outcome.results:
         if note:
@@ -102,8 +113,9 @@ def _time(worker: Any, group: Any, contenders: tuple[tuple[str, str], ...], sett
     return outcome.results
 
 
-def _made(op: Any, group: Any, dtype: torch.dtype, device: str) -> Any:
-    return check_module.reference_outputs(op, group.size, dtype, device, secrets.randbelow(2**31 - 1) + 1)
+def _made(op: Any, group: Any, dtype: torch.dtype, device: str, seed: int) -> Any:
+    with values.device_draws():  # secret sets: the same where the same device makes them again (the worker)
+        return check_module.reference_outputs(op, group.size, dtype, device, seed)
 
 
 def _set_bytes(made: Any, contenders: int) -> int:
