@@ -106,3 +106,20 @@ def test_strict_bench_times_undrawable_inputs_on_sets_sent_as_bytes(tmp_path: Pa
     (timed,) = [r for r in results if r.impl == "eager_honest"]
     assert timed.status is Status.PASSED and timed.measurement is not None, timed.message
     assert any("sent as bytes" in w for w in timed.warnings), timed.warnings
+
+
+def test_each_impl_is_probed_at_its_smallest_case_not_its_first(monkeypatch):
+    # The probes (the first inputs again, every dimension doubled) cost calls at the case's size and four times
+    # it: on an H200 strict check of square spent most of its extra time there when the first case was large.
+    plans: list[tuple[tuple[int, ...], int]] = []
+    execute = StrictCallJob.execute
+
+    def recording(self: StrictCallJob, device: str, on_built=None):
+        plans.append((tuple(self.case.size), len(self.plan)))
+        return execute(self, device, on_built)
+
+    monkeypatch.setattr(StrictCallJob, "execute", recording)
+    report = kk.check("square", impls=["eager"], device="cpu", isolate=False, strict=True,
+                      sizes=[(256, 192), (32, 16), (64, 48)], dtypes=[torch.float32])
+    assert all(r.status is Status.PASSED for r in report.results), report.results
+    assert sorted(plans) == [((32, 16), 4), ((64, 48), 2), ((256, 192), 2)]

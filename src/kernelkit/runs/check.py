@@ -158,6 +158,8 @@ def run_cases(
             building:
         worker = Worker(device, Path(tmp) / "worker.log") if isolate else None
         strict_checker = _strict_checker(device, worker, timeout, options) if strict else None
+        if strict_checker is not None:
+            strict_checker.plan(cases)
         waiting = set(building)
         order = sorted(range(len(cases)), key=lambda n: (cases[n].source, cases[n].op, cases[n].impl) in waiting)
         try:
