@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import math
 import secrets
-import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -50,6 +49,7 @@ from kernelkit.jobs.strict_worker import (
 )
 from kernelkit.loading import load
 from kernelkit.results import CaseResult, Status
+from kernelkit.runs.sealing import builtin_changes, seal_builtin_ops, target_tampering
 from kernelkit.spec import Case, Op, parse_dtype
 from kernelkit.units import format_bytes
 
@@ -318,52 +318,6 @@ def _aten_share(calls: Sequence[CallRecord]) -> float | None:
 
 
 # ---- a strict run ----------------------------------------------------------------------------------------------
-
-_builtin: dict[int, tuple[Any, ...]] = {}
-# The harness objects already changed since the seal when a run began: the caller's own doing (a test's patch, a
-# debugging session), not the target's, whose file the run loads after. Each run records them anew.
-_changed_before: dict[str, Any] = {}
-
-
-def _op_state(op: Op) -> tuple[Any, ...]:
-    return (op.reference, op.make_inputs, dict(op.tolerance), op.bytes_fn, op.flops_fn, op.name)
-
-
-def seal_builtin_ops() -> None:
-    """Record what each built-in op is (reference, inputs, tolerance, cost) before a user's file is imported: a
-    file that changes one of them is then told apart from one that uses it. The harness objects that differ from
-    the seal already (changed before this run, by its caller) are recorded as they are now."""
-    from kernelkit.ops import BUILTIN_OPS
-
-    _changed_before.clear()
-    _changed_before.update({name: _current(name) for name in SEAL.tampered()})
-    for module in dict.fromkeys(BUILTIN_OPS.values()):
-        for op in load(module).values():
-            _builtin.setdefault(id(op), (op, _op_state(op)))
-
-
-def target_tampering() -> list[str]:
-    """The harness objects the target changed while this process loaded it: those that differ from the seal, but
-    not those its caller had changed already when the run began (and left as they were)."""
-    return [name for name in SEAL.tampered()
-            if name not in _changed_before or _current(name) is not _changed_before[name]]
-
-
-def _current(name: str) -> Any:
-    module, _, attr = name.rpartition(".")
-    return getattr(sys.modules.get(module), attr, None)
-
-
-def builtin_changes(op: Op) -> list[str]:
-    """What of built-in op ``op`` differs from its sealed state (empty for a user's own op)."""
-    sealed = _builtin.get(id(op))
-    if sealed is None or sealed[0] is not op:
-        return []
-    names = ("reference", "make_inputs", "tolerance", "bytes_fn", "flops_fn", "name")
-    now = _op_state(op)
-    return [f"built-in op {sealed[1][5]!r}'s {n}" for n, a, b in zip(names, sealed[1], now, strict=True)
-            if (a != b if n == "tolerance" else a is not b)]
-
 
 class StrictChecker:
     """Strict checks of the cases of one run, judged in this process; ``worker`` (a runner.Worker) runs the impl,
