@@ -222,3 +222,16 @@ def test_a_reset_with_nothing_pinned_is_cheap_on_a_gpu():
     per_call = (time.perf_counter() - start) / calls
     assert persisting.failed == 0 and persisting.waited == 0, persisting.notes()
     assert per_call < 20e-6, f"{per_call * 1e6:.1f} us per reset"  # host time, before each cold sample
+
+
+@pytest.mark.parametrize(("at_open", "words"), [(4 << 20, "there when this timing session began"),
+                                                (0, "was 0 bytes when this timing session began: set while it ran"),
+                                                (-1, "")])
+def test_the_note_says_whether_the_set_aside_was_there_when_the_session_began(at_open, words):
+    # An H200 run found a set-aside of 11796480 bytes before every cold sample, anchors included, with no cheat
+    # loaded: whether it came with the process or was set during the session tells where to look.
+    persisting = l2.PersistingL2(FakeRuntime(limit=4 << 20, window=0), sync=lambda: None, at_open=at_open)
+    persisting.reset(0x7F)
+    said = " ".join(persisting.notes())
+    assert "a persisting L2 set-aside of 4194304 bytes" in said
+    assert (words in said) if words else "session began" not in said

@@ -140,6 +140,7 @@ class PersistingL2:
     failed: int = 0  # resets the runtime refused
     set_aside: int = 0  # the largest persisting set-aside seen (bytes), for the note
     window: int = 0  # the largest access-policy window seen on the timed stream (bytes), for the note
+    at_open: int = -1  # the set-aside when the session opened (bytes; -1: not read), for the note
 
     @classmethod
     def open(cls, device: str) -> PersistingL2:
@@ -147,7 +148,7 @@ class PersistingL2:
         if device != "cuda" or not torch.cuda.is_available():
             return cls(None)
         runtime, why = load_runtime()
-        return cls(runtime, why)
+        return cls(runtime, why, at_open=runtime.limit() if runtime is not None else -1)
 
     def reset(self, stream: int) -> None:
         """Clear ``stream``'s access-policy window and turn every persisting line back to normal, after waiting for
@@ -175,8 +176,12 @@ class PersistingL2:
         if self.waited:
             what = [f"a persisting L2 set-aside of {self.set_aside} bytes" if self.set_aside else "",
                     f"an access-policy window of {self.window} bytes on the timed stream" if self.window else ""]
+            since = ("" if not self.set_aside or self.at_open < 0 else
+                     " (the set-aside was there when this timing session began: set by this process earlier, or "
+                     "the device's own setting)" if self.at_open == self.set_aside else
+                     f" (the set-aside was {self.at_open} bytes when this timing session began: set while it ran)")
             found.append(f"{' and '.join(w for w in what if w)} found before {self.waited} cold samples: each "
-                         "waited for the device, then its persisting lines were reset")
+                         f"waited for the device, then its persisting lines were reset{since}")
         if self.failed:
             found.append(f"the CUDA runtime refused {self.failed} persisting L2 resets")
         return found
