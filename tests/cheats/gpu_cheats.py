@@ -126,6 +126,9 @@ def resident_honest(x):
     return x.sum(dim=1)
 
 
+_SET_ASIDE: list[int] = []  # the bytes set aside, once set
+
+
 def pin_in_l2(x):
     """Set aside the most persisting L2 the device allows and mark ``x`` persisting on the current stream."""
     from cuda.bindings import runtime as rt
@@ -135,8 +138,10 @@ def pin_in_l2(x):
     _checked(err, "reading the persisting L2 maximum")
     err, widest = rt.cudaDeviceGetAttribute(rt.cudaDeviceAttr.cudaDevAttrMaxAccessPolicyWindowSize, index)
     _checked(err, "reading the widest access-policy window")
-    (err,) = rt.cudaDeviceSetLimit(rt.cudaLimit.cudaLimitPersistingL2CacheSize, most)
-    _checked(err, "setting the persisting L2 aside")
+    if not _SET_ASIDE:  # once, as a cheat out to win would (set every call, it timed 46 us to the honest 9.8, H200)
+        (err,) = rt.cudaDeviceSetLimit(rt.cudaLimit.cudaLimitPersistingL2CacheSize, most)
+        _checked(err, "setting the persisting L2 aside")
+        _SET_ASIDE.append(most)
     value = rt.cudaStreamAttrValue()
     window = value.accessPolicyWindow
     window.base_ptr = x.data_ptr()
@@ -158,6 +163,7 @@ def unpin_l2():
                               rt.cudaStreamAttrID.cudaLaunchAttributeAccessPolicyWindow, value)
     rt.cudaCtxResetPersistingL2Cache()
     rt.cudaDeviceSetLimit(rt.cudaLimit.cudaLimitPersistingL2CacheSize, 0)
+    _SET_ASIDE.clear()
 
 
 def _checked(err, what):
