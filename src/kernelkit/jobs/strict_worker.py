@@ -70,10 +70,12 @@ FINGERPRINT_CHUNK = 1 << 24  # elements summed at a time on a GPU (float64 tempo
 
 def fingerprint(values: Sequence[Any]) -> tuple[str, ...]:
     """What identifies an input set's values, cheaply, the same in any process that holds the same values: per
-    tensor its dtype, shape and strides and, on the CPU, a hash of its bytes; on a GPU, where hashing would
-    need a host copy, two float64 sums (plain, and weighted by position mod 1021) and the NaN count, chunk by
-    chunk (CUDA's sums are the same run to run). Plain values by their repr, other objects by their type."""
-    import hashlib
+    tensor its dtype, shape and strides and, on the CPU, the CRC-32 of its bytes (zlib's, ~6 GB/s); on a GPU, where
+    hashing would need a host copy, two float64 sums (plain, and weighted by position mod 1021) and the NaN count,
+    chunk by chunk (CUDA's sums are the same run to run). Plain values by their repr, other objects by their type.
+    It finds a set made differently; it is no seal against a forger, who gains nothing by one: the outputs are
+    judged against the judge's own references."""
+    import zlib
 
     marks = []
     for x in values:
@@ -84,8 +86,8 @@ def fingerprint(values: Sequence[Any]) -> tuple[str, ...]:
         head = f"{x.dtype}|{tuple(x.shape)}|{tuple(x.stride())}"
         flat = x.detach().contiguous().reshape(-1)
         if flat.device.type == "cpu" or not flat.numel():
-            digest = hashlib.blake2b(flat.view(torch.uint8).numpy().data if flat.numel() else b"", digest_size=16)
-            marks.append(f"{head}|{digest.hexdigest()}")
+            crc = zlib.crc32(flat.view(torch.uint8).numpy().data) if flat.numel() else 0
+            marks.append(f"{head}|{crc:08x}")
             continue
         numbers = torch.view_as_real(flat).reshape(-1) if flat.is_complex() else flat
         sums = []
