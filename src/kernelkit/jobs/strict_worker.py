@@ -203,7 +203,9 @@ class StrictCallJob:
         streams = guards.StreamWatch(device == "cuda" and guarded)
         watch = guards.LaunchWatch(impl.kernels, streams)
         built = backends.build_state(op, impl)
-        spent = dict.fromkeys(("unpack", "calls", "compare"), 0.0)  # seconds, for the judge's breakdown
+        # seconds, for the judge's breakdown; "calls" holds "profiled" (call 1 on a GPU, under torch.profiler),
+        # "settle" (the outputs' settled copies and late-write check) and "host" (their copies to the host)
+        spent = dict.fromkeys(("unpack", "calls", "profiled", "settle", "host", "compare"), 0.0)
         pristine: dict[int, tuple[Any, ...]] = {}  # sets made here, as made: each call gets a copy in new memory
         with watch:
             for number, (which, placement) in enumerate(self.plan):
@@ -232,7 +234,7 @@ class StrictCallJob:
                 record = CallRecord()
                 try:
                     clock = time.perf_counter()
-                    self._call(impl.fn, inputs, device, number, record, kept, guarded, streams)
+                    self._call(impl.fn, inputs, device, number, record, kept, guarded, streams, spent)
                     spent["calls"] += time.perf_counter() - clock  # the call, its guards, profile and packed outputs
                     clock = time.perf_counter()
                     record.mutated = verify.mutated_inputs(inputs, sent)
@@ -257,8 +259,9 @@ class StrictCallJob:
         return reply
 
     def _call(self, fn: Any, inputs: tuple[Any, ...], device: str, number: int, record: CallRecord,
-              kept: list[torch.Tensor], guarded: bool, streams: guards.StreamWatch) -> None:
+              kept: list[torch.Tensor], guarded: bool, streams: guards.StreamWatch, spent: dict[str, float]) -> None:
         guard = guards.GuardedAllocations(streams)
+        clock = time.perf_counter()
         # On a GPU call 1 is profiled (streams, aten's share), without fences: their fills are aten kernels too.
         profile = device == "cuda" and number == 1 and guarded
         fenced = guarded and not profile
@@ -277,6 +280,8 @@ class StrictCallJob:
             threads = guards.new_threads(before)
             if device == "cuda":
                 torch.cuda.current_stream().synchronize()
+        if profile:
+            spent["profiled"] += time.perf_counter() - clock
         record.threads = threads  # call 0's count only when it fails (a build starts pools)
         record.streams = list(streams.seen)
         record.kind = "tensor" if isinstance(value, torch.Tensor) else type(value).__name__
@@ -285,8 +290,10 @@ class StrictCallJob:
                              torch.Tensor]
         if record.subclasses:
             return  # never touched: a subclass may compute when read
+        clock = time.perf_counter()
         first = guards.settled_copy(outs, device)
         record.late = guards.changed_after_return(outs, first, device) if guarded else []
+        spent["settle"] += time.perf_counter() - clock
         record.breaches = guard.breaches(outs)
         arg_ptrs = {x.untyped_storage().data_ptr(): j for j, x in enumerate(inputs) if isinstance(x, torch.Tensor)}
         kept_ptrs = {t.untyped_storage().data_ptr(): n for n, t in kept}
@@ -303,11 +310,15 @@ class StrictCallJob:
                 record.poisoned.append(i)
         kept.extend((number, o) for o in outs if isinstance(o, torch.Tensor))
         # To the host now, once: the device keeps no second copy of every call's outputs until the reply is sent.
+        clock = time.perf_counter()
         record.outputs = tuple(_host(f) if f is not None else o for f, o in zip(first, outs, strict=True))
+        spent["host"] += time.perf_counter() - clock
         record.kind += "|" + ",".join(str(o.device) if isinstance(o, torch.Tensor) else "" for o in outs)
         if prof is not None:
+            clock = time.perf_counter()
             record.kernels, off = _device_kernels(prof)
             record.streams.extend(off)
+            spent["profiled"] += time.perf_counter() - clock
 
 
 def _host(value: Any) -> Any:
