@@ -123,3 +123,24 @@ def test_each_impl_is_probed_at_its_smallest_case_not_its_first(monkeypatch):
                       sizes=[(256, 192), (32, 16), (64, 48)], dtypes=[torch.float32])
     assert all(r.status is Status.PASSED for r in report.results), report.results
     assert sorted(plans) == [((32, 16), 4), ((64, 48), 2), ((256, 192), 2)]
+
+
+def test_a_set_without_a_fingerprint_goes_as_bytes(monkeypatch):
+    from kernelkit.runs import strict
+
+    def unreadable(values):
+        raise TypeError("a tensor subclass the fingerprint cannot read")
+
+    sent: list[tuple[object, ...]] = []
+    execute = StrictCallJob.execute
+
+    def recording(self: StrictCallJob, device: str, on_built=None):
+        sent.append(self.sets)
+        return execute(self, device, on_built)
+
+    monkeypatch.setattr(strict, "fingerprint", unreadable)
+    monkeypatch.setattr(StrictCallJob, "execute", recording)
+    report = kk.check("square", impls=["eager"], device="cpu", isolate=False, strict=True, sizes=[(64, 48)],
+                      dtypes=[torch.float32])
+    assert [r.status for r in report.results] == [Status.PASSED], report.results
+    assert sent and all(isinstance(entry, bytes | bytearray) for sets in sent for entry in sets)

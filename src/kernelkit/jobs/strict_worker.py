@@ -103,14 +103,21 @@ def fingerprint(values: Sequence[Any]) -> tuple[str, ...]:
 
 def set_inputs(entry: bytes | Drawn, op: Any, dtype: torch.dtype, device: str) -> tuple[Any, ...]:
     """One input set of a job: unpacked from its bytes, or made here (``Drawn``); Undrawn when what was made here
-    is not what the judge made."""
+    is not what the judge made, or making it failed here (the judge then sends the bytes)."""
     if not isinstance(entry, Drawn):
         return unpack(entry, device)
     from kernelkit import values
 
-    with values.device_draws(entry.on_device):
-        made = tuple(op.make_inputs(entry.size, dtype, torch.device(device), entry.seed))
-    if fingerprint(made) != entry.fingerprint:
+    try:
+        with values.device_draws(entry.on_device):
+            made = tuple(op.make_inputs(entry.size, dtype, torch.device(device), entry.seed))
+    except Exception as exc:  # noqa: BLE001 - the judge made them: here the bytes will do
+        raise Undrawn(f"making the inputs here failed: {describe_exception(exc)}") from None
+    try:
+        same = fingerprint(made) == entry.fingerprint
+    except Exception:  # noqa: BLE001 - what the judge could read, this process cannot: the bytes instead
+        same = False
+    if not same:
         raise Undrawn(f"the inputs made here for size {'x'.join(map(str, entry.size))} and seed {entry.seed} are "
                       "not the judge's")
     return made

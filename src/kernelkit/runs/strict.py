@@ -80,10 +80,14 @@ class Prepared:
     note: str = ""  # why the size probe was left out, where a caller asked for it
     draws: list[tuple[tuple[int, ...], int, bool]] = field(default_factory=list)  # each set's (size, seed, on device)
 
-    def drawn(self) -> tuple[Drawn, ...]:
-        """The sets as the worker makes them again (jobs/strict_worker.Drawn), with their fingerprints."""
-        return tuple(Drawn(size, seed, on_device, fingerprint(inputs))
-                     for (size, seed, on_device), inputs in zip(self.draws, self.inputs, strict=True))
+    def sets(self) -> tuple[bytes | Drawn, ...]:
+        """The sets as the worker makes them again (jobs/strict_worker.Drawn), with their fingerprints; as bytes
+        where a set has no fingerprint (an input torch cannot read as plain values, such as a tensor subclass)."""
+        try:
+            return tuple(Drawn(size, seed, on_device, fingerprint(inputs))
+                         for (size, seed, on_device), inputs in zip(self.draws, self.inputs, strict=True))
+        except Exception:  # noqa: BLE001 - no fingerprint: the bytes themselves
+            return tuple(pack(x) for x in self.inputs)
 
 
 def prepare(op: Op, case: Case, device: str, probes: bool = True, timeout: float | None = None) -> Prepared:
@@ -168,7 +172,7 @@ def _strict(result: CaseResult, case: Case, op: Op, device: str, run: Any, tampe
     prepared = prepare(op, case, device, probes, timeout)
     again = probes or options.determinism  # call 2: call 0's inputs again, in new memory
     plan = [(0, "new"), (1, "inplace")] + ([(0, "new")] if again else []) + ([(2, "new")] if prepared.off_size else [])
-    job = StrictCallJob(case, prepared.drawn(), tuple(plan))
+    job = StrictCallJob(case, prepared.sets(), tuple(plan))
     spent = result.details.setdefault("strict_s", {})  # where a strict case's time goes (scripts/gpu-strict)
     spent["prepare"], clock = time.perf_counter() - clock, time.perf_counter()
     reply: StrictReply = run(job)
