@@ -144,3 +144,16 @@ def test_a_set_without_a_fingerprint_goes_as_bytes(monkeypatch):
                       dtypes=[torch.float32])
     assert [r.status for r in report.results] == [Status.PASSED], report.results
     assert sent and all(isinstance(entry, bytes | bytearray) for sets in sent for entry in sets)
+
+
+def test_a_set_the_worker_cannot_make_again_is_undrawn_not_the_impls_failure():
+    import pytest
+
+    class Failing:
+        @staticmethod
+        def make_inputs(size, dtype, device, seed):
+            raise RuntimeError("out of memory here")
+
+    entry = Drawn((4, 4), 7, False, ("x",))
+    with pytest.raises(strict_worker.Undrawn, match="making the inputs here failed: RuntimeError"):
+        strict_worker.set_inputs(entry, Failing(), torch.float32, "cpu")
