@@ -7,6 +7,7 @@ from __future__ import annotations
 import textwrap
 from pathlib import Path
 
+import pytest
 import torch
 
 import kernelkit as kk
@@ -147,8 +148,6 @@ def test_a_set_without_a_fingerprint_goes_as_bytes(monkeypatch):
 
 
 def test_a_set_the_worker_cannot_make_again_is_undrawn_not_the_impls_failure():
-    import pytest
-
     class Failing:
         @staticmethod
         def make_inputs(size, dtype, device, seed):
