@@ -17,6 +17,27 @@ from kernelkit.jobs.strict_worker import Drawn, StrictCallJob, fingerprint
 from kernelkit.results import Status
 
 
+@pytest.fixture
+def jobs(monkeypatch: pytest.MonkeyPatch) -> list[StrictCallJob]:
+    """Every StrictCallJob run in this process (strict checks with isolate=False), in order."""
+    seen: list[StrictCallJob] = []
+    execute = StrictCallJob.execute
+
+    def recording(self: StrictCallJob, device: str, on_built=None):
+        seen.append(self)
+        return execute(self, device, on_built)
+
+    monkeypatch.setattr(StrictCallJob, "execute", recording)
+    return seen
+
+
+def _strict_square(sizes: list[tuple[int, int]]):
+    report = kk.check("square", impls=["eager"], device="cpu", isolate=False, strict=True, sizes=sizes,
+                      dtypes=[torch.float32])
+    assert all(r.status is Status.PASSED for r in report.results), report.results
+    return report
+
+
 def test_a_fingerprint_is_the_same_for_the_same_values_and_changes_with_one_element():
     x = torch.randn(64, 48)
     same = (x.clone(), 3, "layout")
@@ -34,19 +55,9 @@ def test_device_draws_leave_cpu_inputs_as_they_are():
     assert torch.equal(drawn, values.seeded_normal((5, 7), torch.float32, "cpu", 11))
 
 
-def test_the_worker_gets_sizes_and_seeds_not_bytes_and_the_case_passes(monkeypatch):
-    sent: list[tuple[object, ...]] = []
-    execute = StrictCallJob.execute
-
-    def recording(self: StrictCallJob, device: str, on_built=None):
-        sent.append(self.sets)
-        return execute(self, device, on_built)
-
-    monkeypatch.setattr(StrictCallJob, "execute", recording)
-    report = kk.check("square", impls=["eager"], device="cpu", isolate=False, strict=True, sizes=[(64, 48)],
-                      dtypes=[torch.float32])
-    assert [r.status for r in report.results] == [Status.PASSED], report.results
-    assert sent and all(isinstance(entry, Drawn) for sets in sent for entry in sets)
+def test_the_worker_gets_sizes_and_seeds_not_bytes_and_the_case_passes(jobs):
+    report = _strict_square([(64, 48)])
+    assert jobs and all(isinstance(entry, Drawn) for job in jobs for entry in job.sets)
     assert not any("sent as bytes" in w for r in report.results for w in r.warnings)
 
 
@@ -109,42 +120,23 @@ def test_strict_bench_times_undrawable_inputs_on_sets_sent_as_bytes(tmp_path: Pa
     assert any("sent as bytes" in w for w in timed.warnings), timed.warnings
 
 
-def test_each_impl_is_probed_at_its_smallest_case_not_its_first(monkeypatch):
+def test_each_impl_is_probed_at_its_smallest_case_not_its_first(jobs):
     # The probes (the first inputs again, every dimension doubled) cost calls at the case's size and four times
     # it: on an H200 strict check of square spent most of its extra time there when the first case was large.
-    plans: list[tuple[tuple[int, ...], int]] = []
-    execute = StrictCallJob.execute
-
-    def recording(self: StrictCallJob, device: str, on_built=None):
-        plans.append((tuple(self.case.size), len(self.plan)))
-        return execute(self, device, on_built)
-
-    monkeypatch.setattr(StrictCallJob, "execute", recording)
-    report = kk.check("square", impls=["eager"], device="cpu", isolate=False, strict=True,
-                      sizes=[(256, 192), (32, 16), (64, 48)], dtypes=[torch.float32])
-    assert all(r.status is Status.PASSED for r in report.results), report.results
-    assert sorted(plans) == [((32, 16), 4), ((64, 48), 2), ((256, 192), 2)]
+    _strict_square([(256, 192), (32, 16), (64, 48)])
+    assert sorted((tuple(job.case.size), len(job.plan)) for job in jobs) == [
+        ((32, 16), 4), ((64, 48), 2), ((256, 192), 2)]
 
 
-def test_a_set_without_a_fingerprint_goes_as_bytes(monkeypatch):
+def test_a_set_without_a_fingerprint_goes_as_bytes(jobs, monkeypatch):
     from kernelkit.runs import strict
 
     def unreadable(values):
         raise TypeError("a tensor subclass the fingerprint cannot read")
 
-    sent: list[tuple[object, ...]] = []
-    execute = StrictCallJob.execute
-
-    def recording(self: StrictCallJob, device: str, on_built=None):
-        sent.append(self.sets)
-        return execute(self, device, on_built)
-
     monkeypatch.setattr(strict, "fingerprint", unreadable)
-    monkeypatch.setattr(StrictCallJob, "execute", recording)
-    report = kk.check("square", impls=["eager"], device="cpu", isolate=False, strict=True, sizes=[(64, 48)],
-                      dtypes=[torch.float32])
-    assert [r.status for r in report.results] == [Status.PASSED], report.results
-    assert sent and all(isinstance(entry, bytes | bytearray) for sets in sent for entry in sets)
+    _strict_square([(64, 48)])
+    assert jobs and all(isinstance(entry, bytes | bytearray) for job in jobs for entry in job.sets)
 
 
 def test_a_set_the_worker_cannot_make_again_is_undrawn_not_the_impls_failure():

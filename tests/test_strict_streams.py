@@ -82,7 +82,7 @@ def test_nothing_is_watched_off_a_gpu(monkeypatch):
 
 def test_what_the_watch_saw_is_cheated_with_where_it_ran():
     x = torch.ones(4)
-    prepared = Prepared([(x,)], [(x.double(),)], [(x,)], "tensor", None, [1])
+    prepared = Prepared([(x,)], [(x.double(),)], [(x,)], "tensor", None, [((4,), 1, False)])
     record = CallRecord(streams=["aten::mul on stream 0x5a5a of cuda:0 (the timed stream is 0x0)"])
     status, message = _judge_call(0, 0, record, prepared, [], 1e-5, 1e-5, [])
     assert status is Status.CHEATED and "another stream" in message and "0x5a5a" in message

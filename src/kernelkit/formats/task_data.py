@@ -218,7 +218,7 @@ def fill_unwritten(make: Any) -> Any:
     the buffer untouched would pass; the judge would also send that answer to a strict worker."""
     with _Unwritten() as seen:
         data = make()
-    unwritten = {ptr for ptr in seen.storages}
+    unwritten = set(seen.storages)
     for t in spread(data)[:-1]:
         if isinstance(t, torch.Tensor) and t.numel() and t.untyped_storage().data_ptr() in unwritten:
             if t.is_floating_point() or t.is_complex():

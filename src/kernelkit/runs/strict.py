@@ -26,7 +26,7 @@ import math
 import secrets
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -76,9 +76,8 @@ class Prepared:
     los: list[tuple[torch.Tensor, ...]]
     kind: str
     off_size: tuple[int, ...] | None
-    seeds: list[int]
+    draws: list[tuple[tuple[int, ...], int, bool]]  # each set's (size, seed, drawn on the device)
     note: str = ""  # why the size probe was left out, where a caller asked for it
-    draws: list[tuple[tuple[int, ...], int, bool]] = field(default_factory=list)  # each set's (size, seed, on device)
 
     def sets(self) -> tuple[bytes | Drawn, ...]:
         """The sets as the worker makes them again (jobs/strict_worker.Drawn), with their fingerprints; as bytes
@@ -116,8 +115,7 @@ def prepare(op: Op, case: Case, device: str, probes: bool = True, timeout: float
         draws.append((off, seed, True))
     except (Exception, Expired):  # noqa: BLE001 - the op does not take that size (or not in time): no probe
         off_size = None
-    return Prepared([m[0] for m in made], [m[1] for m in made], [m[2] for m in made], kind, off_size, seeds, note,
-                    draws)
+    return Prepared([m[0] for m in made], [m[1] for m in made], [m[2] for m in made], kind, off_size, draws, note)
 
 
 def reference_kind(op: Op, inputs: Sequence[Any]) -> str:
