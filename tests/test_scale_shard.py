@@ -111,7 +111,7 @@ class InProcessWorker:
     started: threading.Event = threading.Event()
     resumed: threading.Event = threading.Event()
 
-    def __init__(self, device, log_path, env=None):
+    def __init__(self, device, log_path, env=None, on_phase=None):
         self.device, self.env, self.process, self.jobs = device, dict(env or {}), None, 0
         self.slot = int(Path(log_path).stem.split("-")[1])
 
@@ -218,8 +218,10 @@ def test_a_probe_reports_a_working_device():
 @pytest.mark.slow
 def test_check_over_two_slots_equals_a_one_worker_check():
     one = kk.check(OPS, device="cpu", impls=["eager_add"])
-    two = kk.check(OPS, device="cpu", impls=["eager_add"], gpus=TWO)
+    phases: list[str] = []
+    two = kk.check(OPS, device="cpu", impls=["eager_add"], gpus=TWO, on_phase=phases.append)
     assert two.ok and _cases(two.results) == _cases(one.results)
+    assert any(p.startswith(("GPU 0: starting a worker", "GPU 1: starting a worker")) for p in phases), phases
     assert [r.case_id for r in two.results] == [r.case_id for r in one.results]  # the plan's order
     assert {r.gpu for r in two.results} <= {0, 1} and None not in {r.gpu for r in two.results}
 

@@ -157,7 +157,7 @@ def bench_op(
             worker = Worker(dev, Path(tmp) / "worker.log")
             try:
                 if spread is not None:
-                    spread.run([BenchGroupRun(g, settings, dev, timeout) for g in groups], emit)
+                    spread.run([BenchGroupRun(g, settings, dev, timeout) for g in groups], emit, on_phase)
                 for group in groups if spread is None else ():
                     worker.on_phase = _phase_of(group, on_phase, {op.name: op for op in ops})
                     if strict:

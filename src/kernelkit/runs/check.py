@@ -101,7 +101,8 @@ def check(
         if gpus is not None or ray is not None:
             from kernelkit.scale import check_spread
 
-            report = check_spread(cases, dev, gpus=gpus, ray=ray, timeout=timeout, on_result=told, options=options)
+            report = check_spread(cases, dev, gpus=gpus, ray=ray, timeout=timeout, on_result=told, options=options,
+                                  on_phase=on_phase)
         else:
             report = run_cases(cases, dev, timeout=timeout, isolate=isolate, on_result=told, strict=strict_on,
                                on_phase=on_phase, options=options)

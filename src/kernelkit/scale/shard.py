@@ -38,6 +38,14 @@ PROBE_TIMEOUT = 60.0
 POLL_SECONDS = 0.2  # how often the calling thread looks up from the results queue (Ctrl-C is handled there)
 
 Emit = Callable[[int | None, Any], None]  # (slot index, result)
+OnSlotPhase = Callable[[int, str], None]  # (slot index, what its worker does now)
+
+
+@dataclass(frozen=True)
+class _Phase:
+    """A lane's worker said what it does now: passed through the results queue to the calling thread."""
+
+    text: str
 
 
 class GroupRun(Protocol):
@@ -170,10 +178,11 @@ class _Lane:
     """One slot's thread: takes groups from the queue and runs their jobs on the slot's worker."""
 
     def __init__(self, slot: Slot, device: str, log_dir: Path, todo: _Queue, results: queue.Queue,
-                 stop: threading.Event) -> None:
+                 stop: threading.Event, phases: bool = False) -> None:
         self.slot = slot
         self.device = device
-        self.worker = runner.Worker(device, log_dir / f"worker-{slot.index}.log", env=slot.env)
+        self.worker = runner.Worker(device, log_dir / f"worker-{slot.index}.log", env=slot.env,
+                                    on_phase=(lambda text: results.put((slot.index, _Phase(text)))) if phases else None)
         self.todo, self.results, self.stop = todo, results, stop
         self.failure = ""  # why the slot stopped taking groups, when it did
         self.thread = threading.Thread(target=self._loop, name=f"kernelkit-slot-{slot.index}", daemon=True)
@@ -226,8 +235,10 @@ class _Lane:
                 pass
 
 
-def run_groups(runs: Sequence[GroupRun], slots: Sequence[Slot], device: str, emit: Emit) -> list[str]:
-    """Run every group on one of ``slots``' workers; ``emit(slot index, result)`` in this thread as results come.
+def run_groups(runs: Sequence[GroupRun], slots: Sequence[Slot], device: str, emit: Emit,
+               on_phase: OnSlotPhase | None = None) -> list[str]:
+    """Run every group on one of ``slots``' workers; ``emit(slot index, result)`` in this thread as results come,
+    and ``on_phase(slot index, text)`` there as a slot's worker says what it does now (starting, building, timing).
 
     Returns why any slot stopped early. Groups no slot could finish get failed results (CRASHED). Ctrl-C kills
     the workers and is raised again once the threads are done.
@@ -236,7 +247,7 @@ def run_groups(runs: Sequence[GroupRun], slots: Sequence[Slot], device: str, emi
         raise ValueError("run_groups needs at least one slot")
     todo, results, stop = _Queue(runs), queue.Queue(), threading.Event()
     with tempfile.TemporaryDirectory(prefix="kernelkit-slots-") as tmp:
-        lanes = [_Lane(slot, device, Path(tmp), todo, results, stop) for slot in slots]
+        lanes = [_Lane(slot, device, Path(tmp), todo, results, stop, on_phase is not None) for slot in slots]
         for lane in lanes:
             lane.thread.start()
         try:
@@ -245,7 +256,11 @@ def run_groups(runs: Sequence[GroupRun], slots: Sequence[Slot], device: str, emi
                     index, item = results.get(timeout=POLL_SECONDS)
                 except queue.Empty:
                     continue
-                emit(index, item)
+                if isinstance(item, _Phase):
+                    if on_phase is not None:
+                        on_phase(index, item.text)
+                else:
+                    emit(index, item)
         except KeyboardInterrupt:
             stop.set()
             for lane in lanes:

@@ -45,8 +45,10 @@ class Spread:
             return {"ray": self.ray}
         return {"gpus": fingerprints(self.slots, self.device, user_file)}
 
-    def run(self, runs: Sequence[shard.GroupRun], emit: Callable[[Any], None]) -> list[str]:
-        """Run every group; ``emit(result)`` in this thread as each result comes, its ``gpu`` set. Returns why
+    def run(self, runs: Sequence[shard.GroupRun], emit: Callable[[Any], None],
+            on_phase: Callable[[str], None] | None = None) -> list[str]:
+        """Run every group; ``emit(result)`` in this thread as each result comes, its ``gpu`` set; ``on_phase``
+        told what each GPU's worker does now ("GPU 1: starting a worker ..."; not for Ray tasks). Returns why
         any slot stopped early."""
         if self.ray is not None:
             from kernelkit.scale import cluster
@@ -57,7 +59,8 @@ class Spread:
             result.gpu = index
             emit(result)
 
-        return shard.run_groups(runs, self.slots, self.device, tagged)
+        told = None if on_phase is None else (lambda index, text: on_phase(f"GPU {index}: {text}"))
+        return shard.run_groups(runs, self.slots, self.device, tagged, told)
 
 
 def worker_envs(gpus: GpuSpec, ray: str | None, device: str) -> list[dict[str, str]]:
@@ -71,7 +74,8 @@ def worker_envs(gpus: GpuSpec, ray: str | None, device: str) -> list[dict[str, s
 
 
 def check_spread(cases: Sequence[Case], device: str, *, gpus: GpuSpec = None, ray: str | None = None,
-                 timeout: float, on_result: OnResult | None = None, options: CheckOptions | None = None) -> RunReport:
+                 timeout: float, on_result: OnResult | None = None, options: CheckOptions | None = None,
+                 on_phase: Callable[[str], None] | None = None) -> RunReport:
     """runs.check.run_cases over several GPUs or a Ray cluster: cases of one (op, size, dtype) on one worker; the
     report lists the results in the cases' order; Ctrl-C keeps what finished. ``options``: each CheckJob's."""
     if not timeout > 0:
@@ -88,7 +92,7 @@ def check_spread(cases: Sequence[Case], device: str, *, gpus: GpuSpec = None, ra
             on_result(result)
 
     try:
-        spread.run(shard.check_runs(cases, timeout, options), emit)
+        spread.run(shard.check_runs(cases, timeout, options), emit, on_phase)
     except KeyboardInterrupt:
         report.interrupted = True
     report.results.sort(key=lambda r: order.get((r.op, r.impl, r.size, r.dtype, r.seed), len(order)))
