@@ -270,3 +270,55 @@ def test_a_task_whose_inputs_need_a_gpu_says_nothing_ran_here(command: list[str]
     assert "nothing" in said and "case(s) were skipped here: cuda_py's generate_input makes its inputs on a GPU, " \
         "and this machine has none" in said and "Traceback" not in result.output
     assert "┃" not in result.output  # no table of skipped rows: the one line says it
+
+
+SCALED = """
+import math
+
+import torch
+
+
+def match_reference(data, output, reference, rtol=1e-05, atol=1e-08):
+    expected = reference(data)
+    good = torch.allclose(output.double(), expected.double(), rtol=rtol, atol=atol)
+    return good, "" if good else "mismatch"
+
+
+def ref_kernel(data):
+    x, out = data
+    return torch.cumsum(x.to(torch.float64), 0)
+
+
+def generate_input(size, seed):
+    gen = torch.Generator().manual_seed(seed)
+    return torch.randn(size, generator=gen), torch.empty(size)
+
+
+def check_implementation(data, output):
+    tol = 1e-5 * math.sqrt(data[0].numel())  # as prefixsum_py: the tolerance grows with the input's size
+    return match_reference(data, output, reference=ref_kernel, rtol=tol, atol=tol)
+"""
+
+
+@pytest.mark.parametrize(("off", "status"), [(0.3, Status.PASSED), (3.0, Status.INCORRECT_NUMERICS)])
+@pytest.mark.parametrize("strict", [False, True])
+def test_a_tolerance_the_task_works_out_from_its_input_is_the_one_judged(off: float, status: Status, strict: bool,
+                                                                         tmp_path: Path, cpu_process: None,
+                                                                         monkeypatch: pytest.MonkeyPatch):
+    # prefixsum_py on an H200: its check allows 1e-5 sqrt(n) (0.0145 at n = 2M); kernelkit, reading no tolerance
+    # there, judged by its own rule and failed the task's own float32 cumsum on 7 of 16 specs. The atol/rtol the
+    # check passes to match_reference for each input is now the tolerance: off by a third of it passes, by 3x fails.
+    shifted = (f"def custom_kernel(data):\n    x, out = data\n    n = x.numel()\n"
+               f"    torch.cumsum(x, 0, out=out)\n    out.add_({off} * 1e-5 * n ** 0.5)\n    return out\n")
+    task = write_task(tmp_path / "scaled_py", "", shifted, [{"size": 4096, "seed": 3}, {"size": 65536, "seed": 4}])
+    (task / "reference.py").write_text(SCALED)
+    loaded = gpumode.load_task(task)
+    assert gpumode.match_tolerance(loaded.reference.check_implementation) is None  # not a make_match_reference
+    op = gpumode.task_op(loaded)
+    inputs = op.make_inputs((65536, 4), torch.float32, torch.device("cpu"), 0)
+    assert op.tolerance_for(torch.float32, inputs) == pytest.approx((1e-5 * 256, 1e-5 * 256))
+    assert loaded.reference.match_reference is not None  # the module's own, back in place
+    monkeypatch.setattr(check_run, "Worker", FreshWorker)
+    report = check_run.check(formats.source_file(task), device="cpu", strict=strict, isolate=strict)
+    assert {r.status for r in report.results if r.impl == "submission"} == {status}
+    assert {r.status for r in report.results if r.impl == "reference"} == {Status.PASSED}

@@ -110,6 +110,9 @@ class Op:
     compute_dtype: str = ""
     # How a size is shown, when its numbers are not dimensions (a GPU MODE spec: "size=16 seed=4242"); None: 16x4242
     size_label: Callable[[Size], str] | None = None
+    # (atol, rtol) for one input set, where the op's tolerance depends on the inputs (a GPU MODE task that scales
+    # its tolerance with the input's size); None from it, or no function: ``tolerance`` by dtype
+    tolerance_fn: Callable[[Sequence[Any]], tuple[float, float] | None] | None = None
 
     def size_text(self, size: Size) -> str:
         """A size of this op as people read it: '1823x781', or the op's own ``size_label``."""
@@ -175,7 +178,12 @@ class Op:
     def bench_sizes_for(self, device: str) -> list[Size]:
         return self.cpu_sizes if device == "cpu" else (self.bench_sizes or self.sizes)
 
-    def tolerance_for(self, dtype: torch.dtype) -> tuple[float, float]:
+    def tolerance_for(self, dtype: torch.dtype, inputs: Sequence[Any] | None = None) -> tuple[float, float]:
+        """(atol, rtol) of a case in ``dtype``; with ``inputs``, the op's tolerance_fn's answer for them first."""
+        if inputs is not None and self.tolerance_fn is not None:
+            found = self.tolerance_fn(inputs)
+            if found is not None:
+                return found
         if dtype in self.tolerance:
             return self.tolerance[dtype]
         return TOLERANCES.get(dtype, (0.0, 0.0))

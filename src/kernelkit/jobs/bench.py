@@ -120,7 +120,7 @@ class BenchJob:
             return self.failed(device, Status.INPUT_ERROR, str(exc))
         nbytes, flops = op.cost(inputs, los)
         working = sum(t.numel() * t.element_size() for t in (*inputs, *los) if isinstance(t, torch.Tensor))
-        atol, rtol = op.tolerance_for(dtype)
+        atol, rtol = op.tolerance_for(dtype, inputs)
         ceilings = device_ceilings(device, notices) if self.settings.calibrate else None
 
         results: dict[str, BenchResult] = {}

@@ -101,8 +101,8 @@ def _check(result: CaseResult, op: Op, impl: Impl, case: Case, device: str, opti
     outputs are let go before the next is made, and a set too big to keep beside the next is not kept: a
     1.6 G-element fp32 case (6 GiB a tensor) fits an 80 GiB GPU."""
     dtype = parse_dtype(case.dtype)
-    atol, rtol = op.tolerance_for(dtype)
     inputs, refs, los = reference_outputs(op, case.size, dtype, device, case.seed)
+    atol, rtol = op.tolerance_for(dtype, inputs)
     expected = reference_kind(op, case.size, dtype, device, case.seed)
     result.bytes, result.flops = op.cost(inputs, los)
     errors = verify.reference_errors(refs, los)

@@ -18,7 +18,7 @@ _changed_before: dict[str, Any] = {}
 
 
 def _op_state(op: Op) -> tuple[Any, ...]:
-    return (op.reference, op.make_inputs, dict(op.tolerance), op.bytes_fn, op.flops_fn, op.name)
+    return (op.reference, op.make_inputs, dict(op.tolerance), op.tolerance_fn, op.bytes_fn, op.flops_fn, op.name)
 
 
 def seal_builtin_ops() -> None:
@@ -51,7 +51,7 @@ def builtin_changes(op: Op) -> list[str]:
     sealed = _builtin.get(id(op))
     if sealed is None or sealed[0] is not op:
         return []
-    names = ("reference", "make_inputs", "tolerance", "bytes_fn", "flops_fn", "name")
+    names = ("reference", "make_inputs", "tolerance", "tolerance_fn", "bytes_fn", "flops_fn", "name")
     now = _op_state(op)
-    return [f"built-in op {sealed[1][5]!r}'s {n}" for n, a, b in zip(names, sealed[1], now, strict=True)
+    return [f"built-in op {sealed[1][-1]!r}'s {n}" for n, a, b in zip(names, sealed[1], now, strict=True)
             if (a != b if n == "tolerance" else a is not b)]

@@ -199,6 +199,8 @@ def _strict(result: CaseResult, case: Case, op: Op, device: str, run: Any, tampe
     outputs: list[tuple[Any, ...]] = []
     worst: list[Any] = []  # the comparison of each call judged, for the result's errors
     for number, ((which, _), record) in enumerate(zip(plan, reply.calls, strict=False)):
+        if op.tolerance_fn is not None:  # each set's own (a task's tolerance may scale with its size)
+            atol, rtol = op.tolerance_for(dtype, prepared.inputs[which])
         verdict = _judge_call(number, which, record, prepared, outputs, atol, rtol, worst)
         spent["judge"] = time.perf_counter() - clock
         if worst and worst[0] is not None and result.max_abs_err is None:

@@ -98,7 +98,7 @@ def _time(worker: Any, group: Any, contenders: tuple[tuple[str, str], ...], sett
         outcome = worker.run(job, job.timeout)
         note = " ".join(filter(None, [note, "strict bench: this op's inputs were not the same when the worker made "
                                       "them again from their seeds: they were sent as bytes"]))
-    atol, rtol = op.tolerance_for(dtype)
+    atol, rtol = op.tolerance_for(dtype, made[0][0])  # every set is of the group's one size
     for result in outcome.results:
         if note:
             result.warnings.append(note)
