@@ -49,12 +49,16 @@ namespace gemv_mma {
 #ifndef GEMV_MMA_PIPELINE
 #define GEMV_MMA_PIPELINE 0
 #endif
+#ifndef GEMV_MMA_PERSISTENT  // 1: a block takes tile after tile (grid below the tiles' count), loading the next
+#define GEMV_MMA_PERSISTENT 0  // tile's first K blocks while it multiplies the current tile's last
+#endif
 
 constexpr int kWarp = 32;
 constexpr int kWarps = GEMV_MMA_WARPS;    // warps a block: 256 threads over the same 16 rows, each a slice of K
 constexpr int kUnroll = GEMV_MMA_UNROLL;  // K blocks a warp loads before its first MMA: 2 rows x 4 x 16 bytes a lane
 constexpr int kXStaged = GEMV_MMA_X_SMEM;
 constexpr bool kPipeline = GEMV_MMA_PIPELINE != 0;
+constexpr bool kPersistent = GEMV_MMA_PERSISTENT != 0;
 constexpr int kRowsPerBlock = 16;
 
 #define GEMV_MMA_HD __host__ __device__ __forceinline__
@@ -295,19 +299,20 @@ __device__ __forceinline__ void gemv_mma_rows(const T* __restrict__ x_ptr, const
     };
     // Unconditional loads, all issued before the first MMA: a block past K reads the last one again (its step is
     // skipped below); a load under a condition was issued only after the previous block's MMAs.
-    auto load = [&](int kb0, Tile& t) {
+    auto load_rows = [&](const long long (&rw)[2], int kb0, Tile& t) {
 #pragma unroll
         for (int u = 0; u < kUnroll; ++u) {
             const int chunk = min(kb0 + u, blocks - 1) * 4 + j;
 #pragma unroll
             for (int r = 0; r < 2; ++r) {
-                const long long at = rows[r] * groups + (((long long)chunk * C::kChunkCodes) >> group_shift);
-                t.words[u][r] = load_weights(w_ptr + rows[r] * chunks + chunk);
+                const long long at = rw[r] * groups + (((long long)chunk * C::kChunkCodes) >> group_shift);
+                t.words[u][r] = load_weights(w_ptr + rw[r] * chunks + chunk);
                 t.scale_bits[u][r] = reinterpret_cast<const unsigned short*>(s_ptr)[at];
                 t.zero[u][r] = has_zeros ? z_ptr[at] : (unsigned char)(1 << (BITS - 1));
             }
         }
     };
+    auto load = [&](int kb0, Tile& t) { load_rows(rows, kb0, t); };
     // One iteration's K blocks: dequantization and MMAs. A whole iteration runs its kUnroll steps without a branch
     // between them, so the compiler may issue the later steps' x loads early; only the last, partial one checks.
     auto compute = [&](int kb0, const Tile& t) {
@@ -362,6 +367,61 @@ __device__ __forceinline__ void gemv_mma_rows(const T* __restrict__ x_ptr, const
 
     constexpr int kStride = kWarps * kUnroll;
     const int first = warp * kUnroll;
+    if constexpr (kPersistent) {
+        // Tile after tile (16 rows each): every warp loads the next K blocks, of this tile or of the block's next,
+        // before it multiplies the current ones, so the weights stay in flight across the tiles' reductions. Two
+        // sets of partial sums: one barrier a tile.
+        __shared__ float sums[2][kWarps][kRowsPerBlock][M_TILE];
+        const int tiles = (n + kRowsPerBlock - 1) / kRowsPerBlock;
+        auto rows_of = [&](int tile, long long (&rw)[2]) {
+            rw[0] = min(tile * kRowsPerBlock + g, n - 1);
+            rw[1] = min(tile * kRowsPerBlock + g + 8, n - 1);
+        };
+        long long rw[2];
+        rows_of(blockIdx.x, rw);
+        Tile cur;
+        load_rows(rw, first, cur);
+        if (staged) {
+            asm volatile("cp.async.wait_all;" ::: "memory");
+            __syncthreads();
+        }
+        int parity = 0;
+        for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+#pragma unroll
+            for (int nb = 0; nb < NB; ++nb) acc[nb][0] = acc[nb][1] = acc[nb][2] = acc[nb][3] = 0.0f;
+            for (int kb0 = first; kb0 < blocks; kb0 += kStride) {
+                Tile next;
+                if (kb0 + kStride < blocks) {
+                    load_rows(rw, kb0 + kStride, next);
+                } else if (tile + (int)gridDim.x < tiles) {
+                    long long nr[2];
+                    rows_of(tile + gridDim.x, nr);
+                    load_rows(nr, first, next);
+                }
+                compute(kb0, cur);
+                cur = next;
+            }
+#pragma unroll
+            for (int nb = 0; nb < NB; ++nb) {
+                sums[parity][warp][g][nb * 8 + 2 * j] = acc[nb][0];
+                sums[parity][warp][g][nb * 8 + 2 * j + 1] = acc[nb][1];
+                sums[parity][warp][g + 8][nb * 8 + 2 * j] = acc[nb][2];
+                sums[parity][warp][g + 8][nb * 8 + 2 * j + 1] = acc[nb][3];
+            }
+            __syncthreads();
+            const int base = tile * kRowsPerBlock;
+            for (int idx = threadIdx.x; idx < kRowsPerBlock * M_TILE; idx += blockDim.x) {
+                const int r = idx % kRowsPerBlock, m = idx / kRowsPerBlock;
+                float sum = 0.0f;
+#pragma unroll
+                for (int w = 0; w < kWarps; ++w) sum += sums[parity][w][r][m];
+                if (m < m_rows && base + r < n) store(y_ptr + (long long)m * n + base + r, sum);
+            }
+            parity ^= 1;
+            rows_of(tile + gridDim.x, rw);
+        }
+        return;
+    }
     Tile cur;
     load(first, cur);  // before the wait for x: the weights are in flight while x arrives
     if (staged) {
