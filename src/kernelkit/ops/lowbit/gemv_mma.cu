@@ -33,32 +33,20 @@
 
 namespace gemv_mma {
 
-// The launch shape and staging, compiled in (the defaults are what gemv_launch.py launches; scripts/gpu-gemv-tune
-// builds and times the others): warps a block, K blocks a warp loads before its first MMA, x's elements staged in
-// shared memory when M x K fits (0: x read from L2), and whether a warp loads its next K blocks before it
-// multiplies the current ones (two sets of registers).
+// The launch shape, compiled in: gemv_launch.py launches the defaults; scripts/gpu-gemv-tune builds and times
+// others. On an H200 (2026-11-27), 4-16 warps and 2-8 K blocks combined with x staged in shared memory, the next
+// K blocks loaded while the current ones multiply, or persistent blocks taking tile after tile: none more than 4%
+// faster than these defaults at any of the 12 int4/int8 target cases, most slower (up to 25% at M = 1).
 #ifndef GEMV_MMA_WARPS
 #define GEMV_MMA_WARPS 8
 #endif
 #ifndef GEMV_MMA_UNROLL
 #define GEMV_MMA_UNROLL 4
 #endif
-#ifndef GEMV_MMA_X_SMEM
-#define GEMV_MMA_X_SMEM 0
-#endif
-#ifndef GEMV_MMA_PIPELINE
-#define GEMV_MMA_PIPELINE 0
-#endif
-#ifndef GEMV_MMA_PERSISTENT  // 1: a block takes tile after tile (grid below the tiles' count), loading the next
-#define GEMV_MMA_PERSISTENT 0  // tile's first K blocks while it multiplies the current tile's last
-#endif
 
 constexpr int kWarp = 32;
 constexpr int kWarps = GEMV_MMA_WARPS;    // warps a block: 256 threads over the same 16 rows, each a slice of K
 constexpr int kUnroll = GEMV_MMA_UNROLL;  // K blocks a warp loads before its first MMA: 2 rows x 4 x 16 bytes a lane
-constexpr int kXStaged = GEMV_MMA_X_SMEM;
-constexpr bool kPipeline = GEMV_MMA_PIPELINE != 0;
-constexpr bool kPersistent = GEMV_MMA_PERSISTENT != 0;
 constexpr int kRowsPerBlock = 16;
 
 #define GEMV_MMA_HD __host__ __device__ __forceinline__
@@ -277,72 +265,52 @@ __device__ __forceinline__ void gemv_mma_rows(const T* __restrict__ x_ptr, const
 #pragma unroll
     for (int nb = 0; nb < NB; ++nb) x_row[nb] = min(nb * 8 + g, m_rows - 1) * k;  // rows past M read M - 1
     float acc[NB][4] = {};
+    prefetch_l2_once(x_ptr, (long long)m_rows * k * sizeof(T));  // x's reads below then hit L2 (x_prefetch.cuh)
 
-    // x staged in shared memory (when it fits): copied with cp.async, so the copy is in flight with the first
-    // weights and no register holds it; read back at shared-memory latency instead of L2's.
-    __shared__ __align__(16) T x_staged[kXStaged > 0 ? kXStaged : 8];
-    const bool staged = kXStaged > 0 && (long long)m_rows * k <= kXStaged;
-    if (staged) {
-        for (long long at = (long long)threadIdx.x * 8; at < (long long)m_rows * k; at += blockDim.x * 8) {
-            const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(x_staged + at));
-            asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(x_ptr + at));
-        }
-        asm volatile("cp.async.commit_group;");
-    } else {
-        prefetch_l2_once(x_ptr, (long long)m_rows * k * sizeof(T));  // x's reads below then hit L2 (x_prefetch.cuh)
-    }
-
-    struct Tile {
+    for (int kb0 = warp * kUnroll; kb0 < blocks; kb0 += kWarps * kUnroll) {
         uint4 words[kUnroll][2];
         unsigned short scale_bits[kUnroll][2];
         unsigned char zero[kUnroll][2];
-    };
-    // Unconditional loads, all issued before the first MMA: a block past K reads the last one again (its step is
-    // skipped below); a load under a condition was issued only after the previous block's MMAs.
-    auto load_rows = [&](const long long (&rw)[2], int kb0, Tile& t) {
+        // Unconditional loads, all issued before the first MMA: a block past K reads the last one again (its
+        // step is skipped below); a load under a condition was issued only after the previous block's MMAs.
 #pragma unroll
         for (int u = 0; u < kUnroll; ++u) {
             const int chunk = min(kb0 + u, blocks - 1) * 4 + j;
 #pragma unroll
             for (int r = 0; r < 2; ++r) {
-                const long long at = rw[r] * groups + (((long long)chunk * C::kChunkCodes) >> group_shift);
-                t.words[u][r] = load_weights(w_ptr + rw[r] * chunks + chunk);
-                t.scale_bits[u][r] = reinterpret_cast<const unsigned short*>(s_ptr)[at];
-                t.zero[u][r] = has_zeros ? z_ptr[at] : (unsigned char)(1 << (BITS - 1));
+                const long long at = rows[r] * groups + (((long long)chunk * C::kChunkCodes) >> group_shift);
+                words[u][r] = load_weights(w_ptr + rows[r] * chunks + chunk);
+                scale_bits[u][r] = reinterpret_cast<const unsigned short*>(s_ptr)[at];
+                zero[u][r] = has_zeros ? z_ptr[at] : (unsigned char)(1 << (BITS - 1));
             }
         }
-    };
-    auto load = [&](int kb0, Tile& t) { load_rows(rows, kb0, t); };
-    // One iteration's K blocks: dequantization and MMAs. A whole iteration runs its kUnroll steps without a branch
-    // between them, so the compiler may issue the later steps' x loads early; only the last, partial one checks.
-    auto compute = [&](int kb0, const Tile& t) {
+        // One K block's dequantization and MMAs. A whole iteration runs its kUnroll steps without a branch between
+        // them, so the compiler may issue the later steps' x loads early; only the last, partial one checks.
         auto step = [&](int u) {
             const long long k0 = (long long)(kb0 + u) * C::kBlockCodes + C::kChunkCodes * j;  // lane's first code
             unsigned offset2[2], scale2[2];
 #pragma unroll
             for (int r = 0; r < 2; ++r) {
-                offset2[r] = offset_pair<T, BITS>(t.zero[u][r]);
-                scale2[r] = scale_pair(t.scale_bits[u][r]);
+                offset2[r] = offset_pair<T, BITS>(zero[u][r]);
+                scale2[r] = scale_pair(scale_bits[u][r]);
             }
 #pragma unroll
             for (int wd = 0; wd < 4; ++wd) {
-                const uint4& w0 = t.words[u][0];
-                const uint4& w1 = t.words[u][1];
-                const unsigned word_g = wd == 0 ? w0.x : wd == 1 ? w0.y : wd == 2 ? w0.z : w0.w;
-                const unsigned word_g8 = wd == 0 ? w1.x : wd == 1 ? w1.y : wd == 2 ? w1.z : w1.w;
+                const unsigned word_g = wd == 0 ? words[u][0].x : wd == 1 ? words[u][0].y : wd == 2 ? words[u][0].z
+                                                                                                      : words[u][0].w;
+                const unsigned word_g8 = wd == 0 ? words[u][1].x : wd == 1 ? words[u][1].y : wd == 2 ? words[u][1].z
+                                                                                                       : words[u][1].w;
                 unsigned wg[P], wg8[P];
                 weight_pairs<T, BITS>(word_g, offset2[0], scale2[0], wg);
                 weight_pairs<T, BITS>(word_g8, offset2[1], scale2[1], wg8);
 #pragma unroll
                 for (int nb = 0; nb < NB; ++nb) {
                     unsigned xp[P];
-                    const long long at = x_row[nb] + k0 + (32 / BITS) * wd;  // the word's first activation
+                    const T* at = x_ptr + x_row[nb] + k0 + (32 / BITS) * wd;  // the word's first activation
                     if constexpr (BITS == 4) {
-                        x_pairs(staged ? *reinterpret_cast<const uint4*>(x_staged + at)
-                                       : __ldg(reinterpret_cast<const uint4*>(x_ptr + at)), xp);
+                        x_pairs(__ldg(reinterpret_cast<const uint4*>(at)), xp);
                     } else {
-                        x_pairs(staged ? *reinterpret_cast<const uint2*>(x_staged + at)
-                                       : __ldg(reinterpret_cast<const uint2*>(x_ptr + at)), xp);
+                        x_pairs(__ldg(reinterpret_cast<const uint2*>(at)), xp);
                     }
 #pragma unroll
                     for (int st = 0; st < P / 2; ++st) {
@@ -362,83 +330,6 @@ __device__ __forceinline__ void gemv_mma_rows(const T* __restrict__ x_ptr, const
                 if (kb0 + u >= blocks) break;
                 step(u);
             }
-        }
-    };
-
-    constexpr int kStride = kWarps * kUnroll;
-    const int first = warp * kUnroll;
-    if constexpr (kPersistent) {
-        // Tile after tile (16 rows each): every warp loads the next K blocks, of this tile or of the block's next,
-        // before it multiplies the current ones, so the weights stay in flight across the tiles' reductions. Two
-        // sets of partial sums: one barrier a tile.
-        __shared__ float sums[2][kWarps][kRowsPerBlock][M_TILE];
-        const int tiles = (n + kRowsPerBlock - 1) / kRowsPerBlock;
-        auto rows_of = [&](int tile, long long (&rw)[2]) {
-            rw[0] = min(tile * kRowsPerBlock + g, n - 1);
-            rw[1] = min(tile * kRowsPerBlock + g + 8, n - 1);
-        };
-        long long rw[2];
-        rows_of(blockIdx.x, rw);
-        Tile cur;
-        load_rows(rw, first, cur);
-        if (staged) {
-            asm volatile("cp.async.wait_all;" ::: "memory");
-            __syncthreads();
-        }
-        int parity = 0;
-        for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
-#pragma unroll
-            for (int nb = 0; nb < NB; ++nb) acc[nb][0] = acc[nb][1] = acc[nb][2] = acc[nb][3] = 0.0f;
-            for (int kb0 = first; kb0 < blocks; kb0 += kStride) {
-                Tile next;
-                if (kb0 + kStride < blocks) {
-                    load_rows(rw, kb0 + kStride, next);
-                } else if (tile + (int)gridDim.x < tiles) {
-                    long long nr[2];
-                    rows_of(tile + gridDim.x, nr);
-                    load_rows(nr, first, next);
-                }
-                compute(kb0, cur);
-                cur = next;
-            }
-#pragma unroll
-            for (int nb = 0; nb < NB; ++nb) {
-                sums[parity][warp][g][nb * 8 + 2 * j] = acc[nb][0];
-                sums[parity][warp][g][nb * 8 + 2 * j + 1] = acc[nb][1];
-                sums[parity][warp][g + 8][nb * 8 + 2 * j] = acc[nb][2];
-                sums[parity][warp][g + 8][nb * 8 + 2 * j + 1] = acc[nb][3];
-            }
-            __syncthreads();
-            const int base = tile * kRowsPerBlock;
-            for (int idx = threadIdx.x; idx < kRowsPerBlock * M_TILE; idx += blockDim.x) {
-                const int r = idx % kRowsPerBlock, m = idx / kRowsPerBlock;
-                float sum = 0.0f;
-#pragma unroll
-                for (int w = 0; w < kWarps; ++w) sum += sums[parity][w][r][m];
-                if (m < m_rows && base + r < n) store(y_ptr + (long long)m * n + base + r, sum);
-            }
-            parity ^= 1;
-            rows_of(tile + gridDim.x, rw);
-        }
-        return;
-    }
-    Tile cur;
-    load(first, cur);  // before the wait for x: the weights are in flight while x arrives
-    if (staged) {
-        asm volatile("cp.async.wait_all;" ::: "memory");
-        __syncthreads();
-    }
-    if constexpr (kPipeline) {
-        for (int kb0 = first; kb0 < blocks; kb0 += kStride) {
-            Tile next;
-            if (kb0 + kStride < blocks) load(kb0 + kStride, next);  // the next blocks in flight while these multiply
-            compute(kb0, cur);
-            cur = next;
-        }
-    } else {
-        for (int kb0 = first; kb0 < blocks; kb0 += kStride) {
-            if (kb0 != first) load(kb0, cur);
-            compute(kb0, cur);
         }
     }
     // acc[nb]: (row g, x rows nb 8 + 2j, + 1), (row g + 8, the same): the warps' sums meet in shared memory.
