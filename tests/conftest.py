@@ -1,5 +1,6 @@
 import json
 import os
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -40,6 +41,14 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+def pytest_runtest_logreport(report):
+    """A GPU test's failure written out when it happens, not only in the summary at the end: a device run cut by
+    its time limit (killed before the summary) keeps the messages of the tests that failed before the cut."""
+    if report.failed and report.when == "call" and "gpu" in report.keywords:
+        sys.__stderr__.write(f"\nFAILED {report.nodeid}\n{report.longreprtext[-3000:]}\n")
+        sys.__stderr__.flush()
 
 
 # ---- every test's own kernelkit cache ------------------------------------------------------------------------
