@@ -188,6 +188,13 @@ class StrictCallJob:
         return reply
 
     def _execute(self, device: str, on_built: OnBuilt | None) -> StrictReply:
+        started = time.perf_counter()
+        reply = self._run_calls(device, on_built)
+        # the whole job here (loading, builds, calls, packing): the judge's round trip less this is the transport
+        reply.details.setdefault("strict_s", {})["job"] = time.perf_counter() - started
+        return reply
+
+    def _run_calls(self, device: str, on_built: OnBuilt | None) -> StrictReply:
         try:
             op = load(self.case.source)[self.case.op]
             impl = op.get_impl(self.case.impl)
