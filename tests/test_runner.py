@@ -262,3 +262,10 @@ def test_a_script_without_a_main_guard_runs_once_and_its_check_passes(tmp_path):
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.count("ran ") == 1 and "True" in done.stdout, done.stdout
     assert "bootstrapping" not in done.stderr, done.stderr[-2000:]
+
+
+def test_a_gpu_worker_s_warm_up_never_raises_and_leaves_dynamo_imported():
+    # runner._prewarm runs in a GPU worker between "ready" and its first job; where it cannot reach a GPU (here)
+    # it is still quiet, having made the import the first FLOP count on the meta device would wait for.
+    runner._prewarm()
+    assert "torch._dynamo" in sys.modules
