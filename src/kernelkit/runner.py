@@ -334,8 +334,7 @@ def _serve(conn: multiprocessing.connection.Connection, device: str, log_path: s
         torch.set_num_threads(cpu_threads())  # CPU timings: one thread unless --threads (measure/host.py says why)
     _limit_memory(device)
     _send(conn, "ready")
-    if device == "cuda":
-        _prewarm()
+    backends.warm_up(device)  # while the first job is not here yet
     while True:
         try:
             job: Job | None = channel.recv_job(conn)
@@ -364,20 +363,6 @@ def _serve(conn: multiprocessing.connection.Connection, device: str, log_path: s
         _send(conn, _Left(changed))
         if lost or changed:
             return
-
-
-def _prewarm() -> None:
-    """What a GPU worker's first job would otherwise wait for, done while the worker waits for it (a worker started
-    early waits while its runner opens the target and plans the run): torch._dynamo's import, which the first FLOP
-    count on the meta device makes (PyTorch's meta kernels of pointwise ops are its Python refs; 1-2 s), and
-    cuBLAS's handle, which the first matmul makes. A job already waiting starts when this is done."""
-    try:
-        import torch._dynamo  # noqa: F401
-
-        a = torch.ones(16, 16, device="cuda")
-        (a @ a).sum().item()
-    except Exception:  # noqa: BLE001 - a warm-up only: the first job meets any real problem itself
-        pass
 
 
 def _limit_memory(device: str) -> None:

@@ -35,6 +35,23 @@ def prepare_process(device: str) -> None:
         each.prepare_process(device)
 
 
+def warm_up(device: str) -> None:
+    """What a GPU worker's first job would wait for, done while the worker waits for that job (a worker started
+    early waits while its runner opens and plans the run): torch._dynamo's import, which the first FLOP count on
+    the meta device makes (pointwise ops' meta kernels are Python refs; 1-2 s), and cuBLAS's handle. Nothing on
+    the CPU."""
+    if device != "cuda":
+        return
+    import torch
+
+    try:
+        import torch._dynamo  # noqa: F401
+
+        (torch.ones(16, 16, device="cuda") @ torch.ones(16, 16, device="cuda")).sum().item()
+    except Exception:  # noqa: BLE001 - a warm-up only: the first job meets any real problem itself
+        pass
+
+
 def ensure_runnable(impl: Impl, dtype: torch.dtype, device: str) -> None:
     """Raise BackendUnavailable (the case is SKIPPED) or CompileError; return when the impl can run."""
     if impl.dtypes and dtype not in impl.dtypes:

@@ -182,19 +182,15 @@ class StrictCallJob:
 
     def execute(self, device: str, on_built: OnBuilt | None = None) -> StrictReply:
         notices: list[str] = []
+        started = time.perf_counter()
         with caught_warnings(notices):
             reply = self._execute(device, on_built)
+        # the whole job here (loading, builds, calls, packing): the judge's round trip less this is the transport
+        reply.details.setdefault("strict_s", {})["job"] = time.perf_counter() - started
         reply.warnings = unique([*reply.warnings, *notices])
         return reply
 
     def _execute(self, device: str, on_built: OnBuilt | None) -> StrictReply:
-        started = time.perf_counter()
-        reply = self._run_calls(device, on_built)
-        # the whole job here (loading, builds, calls, packing): the judge's round trip less this is the transport
-        reply.details.setdefault("strict_s", {})["job"] = time.perf_counter() - started
-        return reply
-
-    def _run_calls(self, device: str, on_built: OnBuilt | None) -> StrictReply:
         try:
             op = load(self.case.source)[self.case.op]
             impl = op.get_impl(self.case.impl)
