@@ -193,15 +193,15 @@ def _strict(result: CaseResult, case: Case, op: Op, device: str, run: Any, tampe
         result.status, result.message = reply.status, reply.message
         return
     dtype = parse_dtype(case.dtype)
-    atol, rtol = op.tolerance_for(dtype)
+    atol, rtol = op.tolerance_for(dtype, prepared.inputs[0])  # the first set's (the weak probes' below)
     with deadline(timeout or 0):  # FLOPs may be counted by running the reference
         result.bytes, result.flops = op.cost(prepared.inputs[0], prepared.los[0])
     outputs: list[tuple[Any, ...]] = []
     worst: list[Any] = []  # the comparison of each call judged, for the result's errors
     for number, ((which, _), record) in enumerate(zip(plan, reply.calls, strict=False)):
-        if op.tolerance_fn is not None:  # each set's own (a task's tolerance may scale with its size)
-            atol, rtol = op.tolerance_for(dtype, prepared.inputs[which])
-        verdict = _judge_call(number, which, record, prepared, outputs, atol, rtol, worst)
+        # each set judged at its own tolerance (a task's may scale with its size)
+        verdict = _judge_call(number, which, record, prepared, outputs,
+                              *op.tolerance_for(dtype, prepared.inputs[which]), worst)
         spent["judge"] = time.perf_counter() - clock
         if worst and worst[0] is not None and result.max_abs_err is None:
             result.max_abs_err, result.max_rel_err = worst[0].max_abs_err, worst[0].max_rel_err
