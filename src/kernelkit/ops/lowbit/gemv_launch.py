@@ -151,17 +151,18 @@ def mma_unsupported(p: Problem) -> str | None:
     return _unsupported(p, "cuda_gemv_mma", 4 * codes_per_chunk(p.bits), "x's rows are the MMA's N")
 
 
-def cuda_gemv_mma(p: Problem) -> torch.Tensor:
+def cuda_gemv_mma(p: Problem, kernel: CudaKernel | None = None, threads: int = MMA_THREADS) -> torch.Tensor:
     """y (M, N) in x's dtype: one launch of gemv_mma.cu's kernel for (bits, dtype, M tile); BackendUnavailable
-    where ``mma_unsupported`` gives a reason."""
+    where ``mma_unsupported`` gives a reason. ``kernel``/``threads``: a build of it with other -D launch-shape
+    options and its block size (scripts/gpu-gemv-tune)."""
     reason = mma_unsupported(p)
     if reason is not None:
         raise BackendUnavailable(reason)
     s = p.shape
     x, packed, zeros, y = _operands(p)
     shift = PER_CHANNEL_SHIFT if p.group_size is None else p.group_size.bit_length() - 1
-    kernel = MMA_KERNELS[p.bits, x.dtype, next(t for t in MMA_M_TILES if t >= s.m)]
-    kernel.launch(cdiv(s.n, MMA_ROWS_PER_BLOCK), MMA_THREADS, x, packed, p.scales, zeros, y, s.m, s.n,
+    kernel = kernel or MMA_KERNELS[p.bits, x.dtype, next(t for t in MMA_M_TILES if t >= s.m)]
+    kernel.launch(cdiv(s.n, MMA_ROWS_PER_BLOCK), threads, x, packed, p.scales, zeros, y, s.m, s.n,
                   s.k // codes_per_chunk(p.bits), s.groups, shift, int(p.zeros is not None))
     return y
 
