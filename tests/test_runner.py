@@ -264,15 +264,16 @@ def test_a_script_without_a_main_guard_runs_once_and_its_check_passes(tmp_path):
     assert "bootstrapping" not in done.stderr, done.stderr[-2000:]
 
 
-def test_a_gpu_worker_s_warm_up_never_raises_and_leaves_dynamo_imported(monkeypatch):
+def test_a_gpu_worker_s_warm_up_never_raises_and_makes_the_dynamo_import(monkeypatch):
     # backends.warm_up runs in a GPU worker between "ready" and its first job; where it cannot reach a GPU (here)
-    # it is still quiet, having made the import the first FLOP count on the meta device would wait for.
-    import sys
-
+    # it is still quiet, having made the import the first FLOP count on the meta device would wait for. A fresh
+    # process, so that the import is the warm-up's own.
     from kernelkit import backends
 
     monkeypatch.setattr(torch, "ones", lambda *a, **k: pytest.fail("a CPU worker warms nothing up"))
     backends.warm_up("cpu")
-    monkeypatch.undo()
-    backends.warm_up("cuda")
-    assert "torch._dynamo" in sys.modules
+    probe = ("import sys; from kernelkit import backends; before = 'torch._dynamo' in sys.modules; "
+             "backends.warm_up('cuda'); print(before, 'torch._dynamo' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["False", "True"], done.stdout
