@@ -88,6 +88,22 @@ def test_the_fast_path_tells_a_stale_output_by_a_second_input():
     assert not report.strict and report.path.startswith("fast path (--no-strict)")
 
 
+def test_one_worker_serves_a_whole_strict_check_and_reports_its_loop_s_seconds():
+    # Every case of a clean run in one worker, each told where the round trip went (scripts/gpu-strict's
+    # breakdown); and the cases run set by set (every impl of one input set in a row), results in plan order.
+    started = []
+    report = kk.check("square", impls=["eager", "triton_flat"], device="cpu", sizes=[(7, 5), (3, 4)],
+                      dtypes=["float32"], on_phase=lambda text: started.append(text) if "starting" in text else None)
+    assert report.ok and len(started) == 1, started
+    assert [(r.impl, r.size) for r in report.results] == [("eager", (7, 5)), ("eager", (3, 4)),
+                                                          ("triton_flat", (7, 5)), ("triton_flat", (3, 4))]
+    for r in report.results:
+        spent = r.details["strict_s"]
+        assert {"worker_loop_before", "worker_loop_encode", "worker_loop_send", "worker_loop_after",
+                "worker_receive"} <= set(spent), spent
+        assert spent["worker"] >= spent["worker_job"] >= 0 and not r.warnings, (spent, r.warnings)
+
+
 def test_in_process_check_of_square_eager():
     report = kk.check("square", impls=["eager"], device="cpu", isolate=False, sizes=[(7, 5)])
     assert report.ok and [r.status for r in report.results] == [Status.PASSED] * 3

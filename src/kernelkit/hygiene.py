@@ -353,3 +353,37 @@ def _umask() -> int:
 
 def _short(value: str) -> str:
     return value if len(value) <= 40 else value[:37] + "..."
+
+
+def limit_memory(device: str, limit: str) -> None:
+    """--max-memory (``limit``, bytes as text; runner.MAX_MEMORY_ENV): on the CPU an address-space limit on this
+    process (the bytes on top of what it holds once started); on a GPU the caching allocator's share of the
+    device's memory. Nothing when ``limit`` is empty, not a number or not positive."""
+    import resource
+
+    import torch
+
+    try:
+        size = int(limit or "0")
+    except ValueError:
+        return
+    if size <= 0:
+        return
+    if device == "cuda":
+        total = torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory
+        torch.cuda.set_per_process_memory_fraction(min(1.0, size / total))
+        return
+    held = psutil.Process().memory_info().vms  # the address space this process holds once started
+    if held:
+        resource.setrlimit(resource.RLIMIT_AS, (held + size, resource.RLIM_INFINITY))
+
+
+def redirect_output(log_path: str) -> None:
+    """This process's stdout and stderr (file descriptors 1 and 2, and Python's streams) into ``log_path``."""
+    fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+    for stream in (sys.stdout, sys.stderr):
+        if hasattr(stream, "reconfigure"):
+            stream.reconfigure(line_buffering=True)

@@ -19,16 +19,14 @@ import gc
 import multiprocessing
 import multiprocessing.connection
 import os
-import resource
 import signal
 import sys
 import time
 import traceback
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
-import psutil
 import torch
 
 from kernelkit import backends, channel, hygiene, pool, wire
@@ -68,6 +66,7 @@ class Worker:
 
     replaced = 0
     busy = False
+    received_s = 0.0
 
     def run(self, job: Job, timeout: float, limit: str = "") -> JobResult:
         """``job`` run in the worker; ``timeout`` seconds for the job once it is built (``on_built``). ``limit``
@@ -93,7 +92,10 @@ class Worker:
             reply = job.failed(self.device, Status.CRASHED, f"the worker sent {reply!r} instead of a result")
         result: JobResult = reply
         self.busy = False
-        changed = self._left() if self.process is not None else []
+        changed, took = self._left() if self.process is not None else ([], {})
+        spent = getattr(result, "details", {}).get("strict_s")
+        if isinstance(spent, dict):  # where a strict job's time went around the job, in the worker and here
+            spent.update({f"loop_{k}": v for k, v in took.items()}, receive=self.received_s)
         if result.status.failed or getattr(result, "raised", False):  # a strict call's error: judged later
             result.log = self._log_since(offset)
         if changed:
@@ -106,9 +108,10 @@ class Worker:
             self.replaced += 1
         return result
 
-    def _left(self) -> list[str]:
+    def _left(self) -> tuple[list[str], dict[str, float]]:
         """What the last job left changed in the worker, sent after its result (the result's memory is freed
-        first: a strict check's reply holds its outputs as bytes); a worker that does not say is not reused."""
+        first: a strict check's reply holds its outputs as bytes), and its loop's seconds; a worker that does not
+        say is not reused."""
         assert self.conn is not None
         if self._wait(LEFT_TIMEOUT) and self.conn.poll():
             try:
@@ -116,8 +119,8 @@ class Worker:
             except (EOFError, OSError, wire.WireError):
                 message = None
             if isinstance(message, _Left):
-                return message.changed
-        return ["it did not say what the job left behind"]
+                return message.changed, message.seconds if isinstance(message.seconds, dict) else {}
+        return ["it did not say what the job left behind"], {}
 
     def _await(self, job: Job, seconds: float, which: str) -> object:
         """The worker's next message; a TIMEOUT or CRASHED result when none comes (the worker is discarded).
@@ -132,7 +135,9 @@ class Worker:
             if not (ready and self.conn.poll()):
                 break
             try:
+                clock = time.perf_counter()
                 message = _receive(self.conn)
+                self.received_s = time.perf_counter() - clock  # reading and decoding the last message
             except (EOFError, OSError):
                 break
             except wire.WireError as exc:  # not a kernelkit message: the worker is not to be trusted any more
@@ -261,9 +266,12 @@ def _receive(conn: multiprocessing.connection.Connection) -> object:
 @wire.register
 @dataclass(frozen=True)
 class _Left:
-    """The worker's word after each result: what the job left changed (empty: the worker is reusable)."""
+    """The worker's word after each result: what the job left changed (empty: the worker is reusable), and the
+    seconds its loop spent on the job's steps (the snapshot before, the job, the CUDA check, encoding and sending
+    the result, the snapshot after)."""
 
     changed: list[str]
+    seconds: dict[str, float] = field(default_factory=dict)
 
 
 def spawn(device: str, env: Mapping[str, str], log_path: str) -> tuple[
@@ -324,7 +332,7 @@ def _serve(conn: multiprocessing.connection.Connection, device: str, log_path: s
     """Receive a job, send back its result and what it left changed; None means stop."""
     os.environ.update(env or {})  # before CUDA starts: it reads CUDA_VISIBLE_DEVICES once, at its first call
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
-    _redirect_output(log_path)
+    hygiene.redirect_output(log_path)
     faulthandler.enable()  # a segfault prints the Python stack (the user's line) into the log
     progress.install(lambda text: _send(conn, _PHASE + text))
     backends.prepare_process(device)
@@ -332,7 +340,7 @@ def _serve(conn: multiprocessing.connection.Connection, device: str, log_path: s
         torch.cuda.init()  # once, before the first job: each job's before and after snapshots then see CUDA alike
     else:
         torch.set_num_threads(cpu_threads())  # CPU timings: one thread unless --threads (measure/host.py says why)
-    _limit_memory(device)
+    hygiene.limit_memory(device, os.environ.get(MAX_MEMORY_ENV, ""))
     _send(conn, "ready")
     backends.warm_up(device)  # while the first job is not here yet
     while True:
@@ -343,51 +351,32 @@ def _serve(conn: multiprocessing.connection.Connection, device: str, log_path: s
         if job is None:
             return
         if isinstance(job, pool.Relog):  # adopted by another run: its log from now on
-            _redirect_output(job.path)
+            hygiene.redirect_output(job.path)
             continue
+        clock = [time.perf_counter()]  # the loop's own seconds around the job, sent with _Left
         before = hygiene.snapshot(device, kept_bytes(device))
+        clock.append(time.perf_counter())
         try:
             result = job.execute(device, lambda: _send(conn, _BUILT))
         except Exception as exc:  # noqa: BLE001 - a job's own failure is its result, the worker lives on
             result = job.failed(device, Status.RUNTIME_ERROR, f"kernelkit's worker failed: {describe_exception(exc)}")
         sys.stdout.flush()
         sys.stderr.flush()
+        clock.append(time.perf_counter())
         lost = poisoned(result, backends.cuda_context_lost if device == "cuda" else None)
-        _send(conn, result)
-        del result  # before the snapshot: a result may be large (a strict check's outputs, as bytes)
+        clock.append(time.perf_counter())
+        message = wire.encode(result)
+        clock.append(time.perf_counter())
+        channel.send_bytes(conn, message)
+        clock.append(time.perf_counter())
+        del result, message  # before the snapshot: a result may be large (a strict check's outputs, as bytes)
         hygiene.restore_emptied(before)
         changed = hygiene.changes(before, hygiene.snapshot(device, kept_bytes(device)))
         if any("memory held" in change for change in changed):  # maybe only garbage in a reference cycle
             gc.collect()
             changed = hygiene.changes(before, hygiene.snapshot(device, kept_bytes(device)))
-        _send(conn, _Left(changed))
+        clock.append(time.perf_counter())
+        names = ("before", "job", "poisoned", "encode", "send", "after")
+        _send(conn, _Left(changed, {name: b - a for name, a, b in zip(names, clock[:-1], clock[1:], strict=True)}))
         if lost or changed:
             return
-
-
-def _limit_memory(device: str) -> None:
-    """--max-memory ($KERNELKIT_MAX_MEMORY, bytes): on the CPU an address-space limit on this process (the bytes
-    on top of what it holds once started); on a GPU the caching allocator's share of the device's memory."""
-    try:
-        limit = int(os.environ.get(MAX_MEMORY_ENV, "0"))
-    except ValueError:
-        return
-    if limit <= 0:
-        return
-    if device == "cuda":
-        total = torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory
-        torch.cuda.set_per_process_memory_fraction(min(1.0, limit / total))
-        return
-    held = psutil.Process().memory_info().vms  # the address space this process holds once started
-    if held:
-        resource.setrlimit(resource.RLIMIT_AS, (held + limit, resource.RLIM_INFINITY))
-
-
-def _redirect_output(log_path: str) -> None:
-    fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-    os.dup2(fd, 1)
-    os.dup2(fd, 2)
-    os.close(fd)
-    for stream in (sys.stdout, sys.stderr):
-        if hasattr(stream, "reconfigure"):
-            stream.reconfigure(line_buffering=True)

@@ -122,7 +122,7 @@ def parse_bytes(text: str | None, flag: str = "--max-memory") -> int | None:
 
 
 def set_max_memory(text: str | None) -> None:
-    """Hand --max-memory to the workers (spawned later, they inherit the environment; see runner._limit_memory)."""
+    """Hand --max-memory to the workers (spawned later, they inherit the environment; see hygiene.limit_memory)."""
     limit = parse_bytes(text)
     if limit is not None:
         from kernelkit.runner import MAX_MEMORY_ENV

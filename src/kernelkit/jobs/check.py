@@ -186,13 +186,18 @@ _references: dict[tuple[Any, ...], Made] = {}
 _kinds: dict[tuple[Any, ...], str] = {}  # the same keys: what the reference returned (verify.kind_of)
 
 
-def reference_outputs(op: Op, size: tuple[int, ...], dtype: torch.dtype, device: str, seed: int) -> Made:
+def reference_outputs(op: Op, size: tuple[int, ...], dtype: torch.dtype, device: str, seed: int,
+                      keep: bool = True) -> Made:
     """Fresh inputs, the reference in float64 (fp32 where the device has no float64), and in the case dtype.
+    ``keep=False``: a set used once (strict mode's secret seeds) is made without being kept, so the sets that
+    every impl of a size shares stay kept.
 
     BackendUnavailable ("out of memory on this GPU") when they do not fit even with no earlier case's kept: the
     case is too big for the device, no impl is to blame (an impl's own out-of-memory is its RUNTIME_ERROR).
     """
     key = (id(op), op.name, tuple(size), dtype, device, seed, values.drawing_on_device())
+    if not keep and key not in _references:
+        return _fitting(lambda: _make_reference(op, size, dtype, device, seed), device)[0]
     if key not in _references:
         while len(_references) >= _REFERENCES_KEPT:
             oldest = next(iter(_references))
@@ -216,7 +221,10 @@ def kept_bytes(device: str) -> int:
     """Bytes of ``device`` memory the kept references hold: the worker's own cache, not memory a case left behind
     (a 64M-element fp32 case keeps 1 GiB: its input, float64 reference and fp32 reference), and the models a
     KernelBench problem keeps between its cases (its reference in float32 and float64, the Model built again)."""
-    return sum(_made_bytes(made, device) for made in _references.values()) + kernelbench.held_bytes(device)
+    from kernelkit.jobs import strict_worker  # here: it imports this module
+
+    return (sum(_made_bytes(made, device) for made in _references.values()) + kernelbench.held_bytes(device)
+            + strict_worker.kept_bytes(device))
 
 
 def _made_bytes(made: Made, device: str | None = None) -> int:

@@ -17,7 +17,7 @@ import shlex
 import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -162,7 +162,13 @@ def run_cases(
         if strict_checker is not None:
             strict_checker.plan(cases)
         waiting = set(building)
-        order = sorted(range(len(cases)), key=lambda n: (cases[n].source, cases[n].op, cases[n].impl) in waiting)
+        # Every impl of one input set in a row (a worker keeps the last sets it made, and their references), the
+        # impls being built elsewhere last; results come back in plan order.
+        sets: dict[tuple[Any, ...], int] = {}
+        for case in cases:
+            sets.setdefault((case.source, case.op, case.size, case.dtype, case.seed), len(sets))
+        key = lambda c: ((c.source, c.op, c.impl) in waiting, sets[c.source, c.op, c.size, c.dtype, c.seed])
+        order = sorted(range(len(cases)), key=lambda n: key(cases[n]))
         try:
             for n in order:
                 case = cases[n]

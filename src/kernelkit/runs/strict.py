@@ -97,7 +97,7 @@ def prepare(op: Op, case: Case, device: str, probes: bool = True, timeout: float
     with deadline(timeout or 0):
         made = [_check_module.reference_outputs(op, case.size, dtype, device, seeds[0])]
         with values.device_draws():  # a secret set need only be the same where the same device makes it again
-            made.append(_check_module.reference_outputs(op, case.size, dtype, device, seeds[1]))
+            made.append(_check_module.reference_outputs(op, case.size, dtype, device, seeds[1], keep=False))
         kind = reference_kind(op, made[0][0])
     draws = [(tuple(case.size), seeds[0], False), (tuple(case.size), seeds[1], True)]
     off = tuple(2 * d for d in case.size)  # doubled, not +1: an op's divisibility rules (groups, 2:4) still hold
@@ -111,7 +111,7 @@ def prepare(op: Op, case: Case, device: str, probes: bool = True, timeout: float
             raise LookupError("no size probe")
         seed = secrets.randbelow(2**31 - 1) + 1
         with deadline(timeout or 0), values.device_draws():
-            made.append(_check_module.reference_outputs(op, off, dtype, device, seed))
+            made.append(_check_module.reference_outputs(op, off, dtype, device, seed, keep=False))
         draws.append((off, seed, True))
     except (Exception, Expired):  # noqa: BLE001 - the op does not take that size (or not in time): no probe
         off_size = None
