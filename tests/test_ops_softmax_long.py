@@ -99,7 +99,7 @@ def test_cluster_threads_at_its_edges() -> None:
 
 @pytest.mark.parametrize("element_size", [4, 2])
 def test_cluster_threads_hold_every_slice(element_size: int) -> None:
-    vec, size = 16 // element_size, cluster.CLUSTER_SIZE
+    vec, size, items = 16 // element_size, cluster.CLUSTER_SIZES[element_size], cluster.ITEMS
     for n_cols in range(cluster.CLUSTER_MIN_N - vec, cluster.CLUSTER_MAX_N + 2 * vec, 8 * 37):
         n_cols -= n_cols % vec
         threads = cluster.cluster_threads(n_cols, element_size)
@@ -108,8 +108,8 @@ def test_cluster_threads_hold_every_slice(element_size: int) -> None:
             continue
         per_cta = -(-(n_cols // vec) // size)  # vectors a CTA takes, as cluster.cu counts them
         assert threads % 32 == 0 and 32 <= threads <= 1024, (n_cols, threads)
-        assert threads * (cluster.CLUSTER_CACHE // vec) >= per_cta, (n_cols, threads)  # registers hold the slice
-        assert (threads - 32) * (cluster.CLUSTER_CACHE // vec) < per_cta, (n_cols, threads)  # no idle warp
+        assert threads * items >= per_cta, (n_cols, threads)  # registers hold the slice
+        assert (threads - 32) * items < per_cta, (n_cols, threads)  # no idle warp
         assert size * per_cta * vec >= n_cols, (n_cols, threads)  # the slices cover the row
 
 
@@ -139,8 +139,8 @@ def test_cuda_cluster_dispatch(monkeypatch: pytest.MonkeyPatch) -> None:
     impl(torch.zeros(2, 40004, dtype=torch.bfloat16))  # not whole vectors: the fallback
     assert launches == [
         ("softmax_cluster_f32_kernel", 3 * 8, 160, 40000),
-        ("softmax_cluster_bf16_kernel", 2 * 8, 256, 65536),
-        ("softmax_cluster_f16_kernel", 10 * 8, 128, 32768),
+        ("softmax_cluster_bf16_kernel", 2 * 4, 256, 65536),  # 16-bit: 4 CTAs a row, twice the elements each
+        ("softmax_cluster_f16_kernel", 10 * 4, 128, 32768),
         ("softmax_warp_f32_kernel", 1, 1024, 40000),
         ("softmax_warp_f32_kernel", 4, 1024, 16384),
         ("softmax_warp_bf16_kernel", 2, 1024, 40004),
@@ -169,9 +169,9 @@ def test_cluster_kernels_compile_for_sm90_without_spills(cpu_process: None, can_
 # ---- GPU ----------------------------------------------------------------------------------------------------
 
 GPU_SHAPES = [
-    (1, 32768),  # one row: 8 CTAs x 128 threads
-    (1024, 65536),  # the long-row benchmark: 8 CTAs x 256 threads
-    (7, 262144),  # the longest row the cluster holds: 8 x 1024 threads x 32
+    (1, 32768),  # one row: 8 CTAs (fp32; 4 at 16 bits) x 128 threads
+    (1024, 65536),  # the long-row benchmark: 8 (4) CTAs x 256 threads
+    (7, 262144),  # the longest row the cluster holds: 8 x 1024 threads x 32 (4 x 1024 x 64)
     (3, 40000),  # a length no power of two: partial slices and threads
 ]
 

@@ -9,8 +9,8 @@ lecture's five-op version), ``triton_rowwise`` (whole rows in registers; rows lo
 ``ROWWISE_MAX_N`` = 32768 run ``triton_online``'s kernel instead), ``triton_online`` (any row length:
 online max and rescaled sum, then a second pass), ``cuda_warp`` (CUDA C++: shuffle reductions; rows whose pointers
 and length allow 16-byte accesses are held in registers up to 32768 elements, other rows take the online two passes),
-``cuda_cluster`` (CUDA C++ for sm_90: a thread-block cluster of 8 CTAs a row, each holding its slice in
-registers and exchanging (max, sum) through distributed shared memory, so every element is read once; rows of
+``cuda_cluster`` (CUDA C++ for sm_90: a thread-block cluster of 8 CTAs a row (4 at 16 bits), each holding its
+slice in registers and exchanging (max, sum) through distributed shared memory, so every element is read once; rows of
 16385 to 262144 elements that allow 16-byte accesses, on sm_90 or newer; other rows run cuda_warp's kernel),
 ``triton_split`` (rows cut into chunks of 4096, a program each, so a few long rows fill the GPU: one kernel writes
 each chunk's max and sum, a second merges a row's and writes its chunk; 2 reads + 1 write).
