@@ -33,6 +33,28 @@ def test_tensors_keep_their_values_layout_and_dtype():
             assert got.untyped_storage().data_ptr() != sent.untyped_storage().data_ptr()  # nothing shared
 
 
+def test_a_message_sent_in_parts_is_the_same_message_and_a_received_one_is_not_copied_again():
+    import socket
+
+    from kernelkit import channel
+
+    sent = (torch.arange(6.0).reshape(2, 3).t(), torch.ones(3, dtype=torch.bfloat16), b"raw", "text")
+    parts = wire.encode_parts(sent)
+    assert b"".join(bytes(part) for part in parts) == bytes(wire.encode(sent))
+    a, b = socket.socketpair()
+    with a, b:
+        channel.send_parts(a, parts)
+        message = channel.recv_bytes(b)
+    got = wire.decode(message)
+    assert torch.equal(got[0], sent[0]) and got[0].stride() == (1, 3) and torch.equal(got[1], sent[1])
+    assert got[2:] == (b"raw", "text")
+    at = got[0].untyped_storage().data_ptr() - torch.frombuffer(message, dtype=torch.uint8).data_ptr()
+    assert 0 <= at < len(message)  # the tensor reads the received buffer itself: no second copy
+    copied = wire.decode(bytes(message))  # read-only bytes: each tensor gets a writable copy of its own
+    copied[0].add_(1)
+    assert torch.equal(copied[0], sent[0] + 1)
+
+
 def test_plain_values_and_kernelkits_result_types_round_trip():
     m = Measurement(label="x", mode="cold", device="cpu", device_name="cpu", samples=[1e-3, 2e-3], first_call=0.1,
                     warmup_calls=3, stop_reason="converged")

@@ -46,6 +46,15 @@ def send_bytes(conn: Any, data: bytes | bytearray | memoryview) -> None:
         _send_frame(conn.fileno(), data)
 
 
+def send_parts(conn: Any, parts: list[memoryview]) -> None:
+    """One frame whose bytes are ``parts`` in a row (wire.encode_parts), written from where they are."""
+    with _writing(conn):
+        fd = conn.fileno()
+        _write_all(fd, _LENGTH.pack(sum(part.nbytes for part in parts)))
+        for part in parts:
+            _write_all(fd, part)
+
+
 def recv_bytes(conn: Any) -> bytearray:
     """The next frame's bytes; EOFError when the other end closed the connection."""
     fd = conn.fileno()

@@ -365,11 +365,11 @@ def _serve(conn: multiprocessing.connection.Connection, device: str, log_path: s
         clock.append(time.perf_counter())
         lost = poisoned(result, backends.cuda_context_lost if device == "cuda" else None)
         clock.append(time.perf_counter())
-        message = wire.encode(result)
+        message = wire.encode_parts(result)  # outputs on the host are sent from their own memory
         clock.append(time.perf_counter())
-        channel.send_bytes(conn, message)
+        channel.send_parts(conn, message)
         clock.append(time.perf_counter())
-        del result, message  # before the snapshot: a result may be large (a strict check's outputs, as bytes)
+        del result, message  # before the snapshot: a result may be large (a strict check's outputs)
         hygiene.restore_emptied(before)
         changed = hygiene.changes(before, hygiene.snapshot(device, kept_bytes(device)))
         if any("memory held" in change for change in changed):  # maybe only garbage in a reference cycle

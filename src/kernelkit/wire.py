@@ -59,25 +59,31 @@ def register(cls: type) -> type:
 def encode(value: Any) -> bytearray:
     """``value`` as one message (see the module doc). Each tensor's bytes are copied once, from its storage (on the
     host, or straight from the device) into the message."""
+    parts = encode_parts(value)
+    message = bytearray(sum(len(part) for part in parts))
+    view, at = memoryview(message), 0
+    for part in parts:
+        view[at:at + len(part)] = part
+        at += len(part)
+    return message
+
+
+def encode_parts(value: Any) -> list[memoryview]:
+    """``encode(value)``'s bytes as consecutive parts, for a writer that sends them in a row (channel.send_parts):
+    the header, then each blob; a tensor on the host is its own storage's memory (not copied; it must stay
+    unchanged until sent), one on a device is copied to the host first."""
     blobs: list[Any] = []  # bytes, or a tensor's storage as a uint8 tensor, wherever it is (not copied yet)
     body = _encode(value, blobs)
     sizes = [len(b) if isinstance(b, bytes | memoryview) else b.numel() for b in blobs]
     header = json.dumps({"value": body, "blobs": sizes}, separators=(",", ":")).encode()
-    message = bytearray(_HEADER.size + len(header) + sum(sizes))
-    view = memoryview(message)
-    _HEADER.pack_into(view, 0, len(header))
-    at = _HEADER.size
-    view[at:at + len(header)] = header
-    at += len(header)
+    parts = [memoryview(_HEADER.pack(len(header)) + header)]
     for blob, size in zip(blobs, sizes, strict=True):
         if isinstance(blob, bytes | memoryview):
-            view[at:at + size] = blob
-        elif size:  # a storage: copied from the device (or host) straight into the message
-            import torch
-
-            torch.frombuffer(view[at:at + size], dtype=torch.uint8).copy_(blob)
-        at += size
-    return message
+            parts.append(memoryview(blob).cast("B"))
+        elif size:  # a storage: its memory on the host, as it is
+            host = blob if blob.device.type == "cpu" else blob.cpu()
+            parts.append(memoryview(host.numpy()).cast("B"))
+    return parts
 
 
 def decode(data: bytes | memoryview, device: str | None = None) -> Any:
@@ -223,8 +229,10 @@ def _tensor(spec: dict[str, Any], blob: Callable[[Any], memoryview], device: str
         raise WireError(f"not a dtype: {spec['dtype']!r}")
     if not len(data):
         raw = torch.empty(0, dtype=torch.uint8)
-    elif where.type == "cpu":
+    elif where.type == "cpu" and data.readonly:
         raw = torch.frombuffer(bytearray(data), dtype=torch.uint8)  # a writable copy of its own
+    elif where.type == "cpu":  # the received message's own bytes (channel.recv_bytes: a buffer no one else holds)
+        raw = torch.frombuffer(data, dtype=torch.uint8)
     else:  # read in place: the copy to the device is the tensor's own
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # "the buffer is not writable": it is only read
