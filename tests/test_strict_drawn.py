@@ -148,3 +148,22 @@ def test_a_set_the_worker_cannot_make_again_is_undrawn_not_the_impls_failure():
     entry = Drawn((4, 4), 7, False, ("x",))
     with pytest.raises(strict_worker.Undrawn, match="making the inputs here failed: RuntimeError"):
         strict_worker.set_inputs(entry, Failing(), torch.float32, "cpu")
+
+
+def test_a_kept_set_is_reused_until_something_writes_into_it():
+    # The worker keeps the case's own seeded set for the next jobs (every impl of one set in a row); a set an impl
+    # wrote into fails its fingerprint and is made again, and a secret (device-drawn) set is never kept.
+    from kernelkit.jobs import kept_sets
+    from kernelkit.target import open_target
+
+    op = open_target("square", "cpu").op()
+    made = tuple(op.make_inputs((8, 6), torch.float32, torch.device("cpu"), 3))
+    entry = Drawn((8, 6), 3, False, fingerprint(made))
+    first = strict_worker.set_inputs(entry, op, torch.float32, "cpu")
+    assert strict_worker.set_inputs(entry, op, torch.float32, "cpu") is first and kept_sets.held("cpu") > 0
+    first[0].add_(1)  # what an impl that found the kept set might do
+    again = strict_worker.set_inputs(entry, op, torch.float32, "cpu")
+    assert again is not first and torch.equal(again[0], made[0])
+    secret = Drawn((8, 6), 5, True, fingerprint(tuple(op.make_inputs((8, 6), torch.float32, torch.device("cpu"), 5))))
+    assert strict_worker.set_inputs(entry=secret, op=op, dtype=torch.float32, device="cpu") is not \
+        strict_worker.set_inputs(entry=secret, op=op, dtype=torch.float32, device="cpu")

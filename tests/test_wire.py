@@ -45,13 +45,14 @@ def test_a_message_sent_in_parts_is_the_same_message_and_a_received_one_is_not_c
     with a, b:
         channel.send_parts(a, parts)
         message = channel.recv_bytes(b)
-    got = wire.decode(message)
+    got = wire.decode(message, own=True)
     assert torch.equal(got[0], sent[0]) and got[0].stride() == (1, 3) and torch.equal(got[1], sent[1])
     assert got[2:] == (b"raw", "text")
     at = got[0].untyped_storage().data_ptr() - torch.frombuffer(message, dtype=torch.uint8).data_ptr()
     assert 0 <= at < len(message)  # the tensor reads the received buffer itself: no second copy
-    copied = wire.decode(bytes(message))  # read-only bytes: each tensor gets a writable copy of its own
+    copied = wire.decode(message)  # not owned (a packed set decoded again): each tensor gets a copy of its own
     copied[0].add_(1)
+    assert torch.equal(got[0], sent[0])  # the received buffer was not written through the copy
     assert torch.equal(copied[0], sent[0] + 1)
 
 

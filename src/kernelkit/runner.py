@@ -260,7 +260,7 @@ def _send(conn: multiprocessing.connection.Connection, message: object) -> None:
 
 def _receive(conn: multiprocessing.connection.Connection) -> object:
     """The worker's next message, decoded as data (kernelkit.wire): tensors, plain values, kernelkit's result types."""
-    return wire.decode(channel.recv_bytes(conn))
+    return wire.decode(channel.recv_bytes(conn), own=True)  # a fresh buffer: host tensors read it in place
 
 
 @wire.register

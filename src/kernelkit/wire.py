@@ -86,9 +86,11 @@ def encode_parts(value: Any) -> list[memoryview]:
     return parts
 
 
-def decode(data: bytes | memoryview, device: str | None = None) -> Any:
-    """The value of a message; tensors on ``device`` (default: where they were)."""
-    view = memoryview(data)
+def decode(data: bytes | memoryview, device: str | None = None, own: bool = False) -> Any:
+    """The value of a message; tensors on ``device`` (default: where they were). ``own``: the message's buffer is
+    the receiver's alone and used once (channel.recv_bytes), so tensors on the host may read it where it is;
+    otherwise each gets a copy of its own (a job's packed input set is unpacked again for later calls)."""
+    view = memoryview(data) if own else memoryview(data).toreadonly()
     if len(view) < _HEADER.size:
         raise WireError("a message shorter than its header")
     (length,) = _HEADER.unpack_from(view)
@@ -231,7 +233,7 @@ def _tensor(spec: dict[str, Any], blob: Callable[[Any], memoryview], device: str
         raw = torch.empty(0, dtype=torch.uint8)
     elif where.type == "cpu" and data.readonly:
         raw = torch.frombuffer(bytearray(data), dtype=torch.uint8)  # a writable copy of its own
-    elif where.type == "cpu":  # the received message's own bytes (channel.recv_bytes: a buffer no one else holds)
+    elif where.type == "cpu":  # a buffer the receiver owns (decode's own=True): read where it is
         raw = torch.frombuffer(data, dtype=torch.uint8)
     else:  # read in place: the copy to the device is the tensor's own
         with warnings.catch_warnings():

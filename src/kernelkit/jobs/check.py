@@ -19,7 +19,7 @@ import torch
 from kernelkit import backends, values, verify
 from kernelkit.errors import BackendUnavailable, CompileError, InputError, describe_exception
 from kernelkit.formats import kernelbench
-from kernelkit.jobs import OnBuilt, caught_warnings, evidence, progress, unique
+from kernelkit.jobs import OnBuilt, caught_warnings, evidence, kept_sets, progress, unique
 from kernelkit.jobs.evidence import CheckOptions
 from kernelkit.loading import load
 from kernelkit.results import CaseResult, Status
@@ -221,10 +221,8 @@ def kept_bytes(device: str) -> int:
     """Bytes of ``device`` memory the kept references hold: the worker's own cache, not memory a case left behind
     (a 64M-element fp32 case keeps 1 GiB: its input, float64 reference and fp32 reference), and the models a
     KernelBench problem keeps between its cases (its reference in float32 and float64, the Model built again)."""
-    from kernelkit.jobs import strict_worker  # here: it imports this module
-
     return (sum(_made_bytes(made, device) for made in _references.values()) + kernelbench.held_bytes(device)
-            + strict_worker.kept_bytes(device))
+            + kept_sets.held(device))
 
 
 def _made_bytes(made: Made, device: str | None = None) -> int:

@@ -17,8 +17,9 @@ import torch
 
 from kernelkit import backends, verify, wire
 from kernelkit.errors import BackendUnavailable, CompileError, describe_exception
-from kernelkit.jobs import OnBuilt, caught_warnings, guards, unique
+from kernelkit.jobs import OnBuilt, caught_warnings, guards, kept_sets, unique
 from kernelkit.jobs.check import describe_compile_error
+from kernelkit.jobs.kept_sets import fingerprint
 from kernelkit.loading import load
 from kernelkit.results import Status
 from kernelkit.spec import Case, parse_dtype
@@ -65,76 +66,24 @@ class Undrawn(Exception):
     """The worker's set is not the judge's (``Drawn.fingerprint``)."""
 
 
-FINGERPRINT_CHUNK = 1 << 24  # elements summed at a time on a GPU (float64 temporaries of 128 MiB)
-
-
-def fingerprint(values: Sequence[Any]) -> tuple[str, ...]:
-    """What identifies an input set's values, cheaply, the same in any process that holds the same values: per
-    tensor its dtype, shape and strides and, on the CPU, the CRC-32 of its bytes (zlib's, ~6 GB/s); on a GPU, where
-    hashing would need a host copy, two float64 sums (plain, and weighted by position mod 1021) and the NaN count,
-    chunk by chunk (CUDA's sums are the same run to run). Plain values by their repr, other objects by their type.
-    It finds a set made differently; it is no seal against a forger, who gains nothing by one: the outputs are
-    judged against the judge's own references."""
-    import zlib
-
-    marks = []
-    for x in values:
-        if not isinstance(x, torch.Tensor):
-            plain = isinstance(x, (int, float, str, bool, type(None)))
-            marks.append(repr(x) if plain else type(x).__name__)
-            continue
-        head = f"{x.dtype}|{tuple(x.shape)}|{tuple(x.stride())}"
-        flat = x.detach().contiguous().reshape(-1)
-        if flat.device.type == "cpu" or not flat.numel():
-            crc = zlib.crc32(flat.view(torch.uint8).numpy().data) if flat.numel() else 0
-            marks.append(f"{head}|{crc:08x}")
-            continue
-        numbers = torch.view_as_real(flat).reshape(-1) if flat.is_complex() else flat
-        sums = []
-        for start in range(0, numbers.numel(), FINGERPRINT_CHUNK):
-            part = numbers[start:start + FINGERPRINT_CHUNK].to(torch.float64)
-            weights = torch.arange(start, start + part.numel(), device=part.device, dtype=torch.int64) % 1021 + 1
-            nan = torch.isnan(part)
-            part = part.nan_to_num(nan=0.0, posinf=1e300, neginf=-1e300)
-            sums.append((float(part.sum()), float((part * weights).sum()), int(nan.sum())))
-        marks.append(f"{head}|{sums!r}")
-    return tuple(marks)
-
-
-# The case's own seeded sets made here, kept for the next jobs (every impl of one size and dtype checks on the same
-# set; a 4096x4096 set drawn on the host takes ~0.1 s): the last KEPT_SETS, each at most KEPT_SET_BYTES. Each use
-# takes fresh copies and first checks the kept set's fingerprint again: an impl that wrote into it finds it made anew.
-KEPT_SETS = 2
-KEPT_SET_BYTES = 1 << 30
-_kept: dict[tuple[Any, ...], tuple[Any, ...]] = {}
-
-
-def kept_bytes(device: str) -> int:
-    """Bytes of ``device`` memory the kept sets hold (the worker's own cache, not memory a case left)."""
-    return sum(x.untyped_storage().nbytes() for made in _kept.values() for x in made
-               if isinstance(x, torch.Tensor) and x.device.type == device)
-
-
 def set_inputs(entry: bytes | Drawn, op: Any, dtype: torch.dtype, device: str) -> tuple[Any, ...]:
     """One input set of a job: unpacked from its bytes, or made here (``Drawn``; a set of the case's own seed is
     kept for the next jobs); Undrawn when what was made here is not what the judge made, or making it failed here
     (the judge then sends the bytes)."""
     if not isinstance(entry, Drawn):
         return unpack(entry, device)
-    key = (id(op), op.name, entry.size, dtype, device, entry.seed, entry.on_device)
-    if key in _kept:
+    key = (id(op), getattr(op, "name", ""), entry.size, dtype, device, entry.seed, entry.on_device)
+    kept = kept_sets.get(key)
+    if kept is not None:
         try:
-            if fingerprint(_kept[key]) == entry.fingerprint:
-                return _kept[key]
+            if fingerprint(kept) == entry.fingerprint:
+                return kept
         except Exception:  # noqa: BLE001 - made again below
             pass
-        del _kept[key]
+        kept_sets.drop(key)
     made = _made(entry, op, dtype, device)
-    held = sum(x.untyped_storage().nbytes() for x in made if isinstance(x, torch.Tensor))
-    if not entry.on_device and held <= KEPT_SET_BYTES:  # a secret seed's set is used once: not kept
-        while len(_kept) >= KEPT_SETS:
-            del _kept[next(iter(_kept))]
-        _kept[key] = made
+    if not entry.on_device:  # a secret seed's set is used once: not kept
+        kept_sets.keep(key, made)
     return made
 
 
