@@ -119,7 +119,8 @@ class Worker:
             except (EOFError, OSError, wire.WireError):
                 message = None
             if isinstance(message, _Left):
-                return message.changed, message.seconds if isinstance(message.seconds, dict) else {}
+                seconds = message.seconds if isinstance(message.seconds, dict) else {}  # the worker's word: numbers
+                return message.changed, {str(k): float(v) for k, v in seconds.items() if type(v) in (int, float)}
         return ["it did not say what the job left behind"], {}
 
     def _await(self, job: Job, seconds: float, which: str) -> object:
