@@ -282,8 +282,8 @@ def softmax_triton_split(x: torch.Tensor) -> torch.Tensor:
 
 @softmax.impl("cuda_cluster", kernels=[*CUDA_CLUSTER.values(), *CUDA_WARP.values()], dtypes=list(CUDA_WARP))
 def softmax_cuda_cluster(x: torch.Tensor) -> torch.Tensor:
-    """CUDA C++ on sm_90, a cluster of 8 CTAs a row, each element read once (aligned rows of 16385..262144);
-    other rows, and GPUs before sm_90, run cuda_warp's kernel (see cluster.py)."""
+    """CUDA C++ on sm_90, a cluster of 8 CTAs a row (4 at 16 bits), each element read once (aligned rows of
+    16385..262144); other rows, and GPUs before sm_90, run cuda_warp's kernel (see cluster.py)."""
     kernel = _cuda_kernel(CUDA_WARP, x.dtype)
     rows = _as_rows(x)
     y = torch.empty_like(rows)
