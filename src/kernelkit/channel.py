@@ -8,8 +8,9 @@ bytes, written straight from the sender's buffer and read straight into one new 
 
 - ``send_job`` / ``recv_job`` (runner -> worker): a pickle whose large bytearrays travel out of band (persistent
   ids), each as a frame of its own; the worker trusts its runner.
-- ``send_bytes`` / ``recv_bytes`` (worker -> runner): one frame; the runner decodes it as data (kernelkit.wire) and
-  unpickles nothing a worker sends.
+- ``send_bytes`` / ``send_parts`` / ``recv_bytes`` (worker -> runner): one frame, from one buffer or from several
+  in a row (a result's header and each output's own memory: wire.encode_parts); the runner decodes it as data
+  (kernelkit.wire) and unpickles nothing a worker sends.
 
 Both ends must use these for every message on the connection (they do not speak Connection's framing).
 """

@@ -14,8 +14,9 @@ The header holds plain JSON values, and these tagged objects:
 - ``{"__opaque__": type name}``: anything else (an impl's own object, a function): the receiver gets an ``Opaque``
   naming its type, never the object. A ``__reduce__`` that opens a file or runs a command has nothing to run.
 
-Decoding builds only tensors (``torch.empty`` + a byte copy), JSON values, the registered dataclasses and enums, and
-Opaque markers; a malformed message is a WireError.
+Decoding builds only tensors (``torch.empty`` + a byte copy, or, for a buffer the receiver owns, a host tensor over
+its bytes), JSON values, the registered dataclasses and enums, and Opaque markers; a malformed message is a
+WireError.
 """
 
 from __future__ import annotations
@@ -59,12 +60,20 @@ def register(cls: type) -> type:
 def encode(value: Any) -> bytearray:
     """``value`` as one message (see the module doc). Each tensor's bytes are copied once, from its storage (on the
     host, or straight from the device) into the message."""
-    parts = encode_parts(value)
-    message = bytearray(sum(len(part) for part in parts))
-    view, at = memoryview(message), 0
-    for part in parts:
-        view[at:at + len(part)] = part
-        at += len(part)
+    head, blobs = _layout(value)
+    message = bytearray(len(head) + sum(_size(blob) for blob in blobs))
+    view = memoryview(message)
+    view[:len(head)] = head
+    at = len(head)
+    for blob in blobs:
+        size = _size(blob)
+        if isinstance(blob, bytes | memoryview):
+            view[at:at + size] = blob
+        elif size:  # a storage: copied from the device (or host) straight into the message
+            import torch
+
+            torch.frombuffer(view[at:at + size], dtype=torch.uint8).copy_(blob)
+        at += size
     return message
 
 
@@ -72,18 +81,27 @@ def encode_parts(value: Any) -> list[memoryview]:
     """``encode(value)``'s bytes as consecutive parts, for a writer that sends them in a row (channel.send_parts):
     the header, then each blob; a tensor on the host is its own storage's memory (not copied; it must stay
     unchanged until sent), one on a device is copied to the host first."""
-    blobs: list[Any] = []  # bytes, or a tensor's storage as a uint8 tensor, wherever it is (not copied yet)
-    body = _encode(value, blobs)
-    sizes = [len(b) if isinstance(b, bytes | memoryview) else b.numel() for b in blobs]
-    header = json.dumps({"value": body, "blobs": sizes}, separators=(",", ":")).encode()
-    parts = [memoryview(_HEADER.pack(len(header)) + header)]
-    for blob, size in zip(blobs, sizes, strict=True):
+    head, blobs = _layout(value)
+    parts = [memoryview(head)]
+    for blob in blobs:
         if isinstance(blob, bytes | memoryview):
             parts.append(memoryview(blob).cast("B"))
-        elif size:  # a storage: its memory on the host, as it is
-            host = blob if blob.device.type == "cpu" else blob.cpu()
-            parts.append(memoryview(host.numpy()).cast("B"))
+        elif _size(blob):  # a storage: its memory on the host, as it is
+            parts.append(memoryview((blob if blob.device.type == "cpu" else blob.cpu()).numpy()).cast("B"))
     return parts
+
+
+def _layout(value: Any) -> tuple[bytes, list[Any]]:
+    """The message's length-prefixed header and its blobs: bytes, or a tensor's storage as a uint8 tensor, wherever
+    it is (not copied yet)."""
+    blobs: list[Any] = []
+    body = _encode(value, blobs)
+    header = json.dumps({"value": body, "blobs": [_size(b) for b in blobs]}, separators=(",", ":")).encode()
+    return _HEADER.pack(len(header)) + header, blobs
+
+
+def _size(blob: Any) -> int:
+    return len(blob) if isinstance(blob, bytes | memoryview) else blob.numel()
 
 
 def decode(data: bytes | memoryview, device: str | None = None, own: bool = False) -> Any:
