@@ -155,7 +155,7 @@ __device__ __forceinline__ void softmax_cluster_row(const T* __restrict__ x_ptr,
             }
             if constexpr (kKeepExp)
                 raw[k] = make_uint4(__float_as_uint(e[0]), __float_as_uint(e[1]), __float_as_uint(e[2]),
-                                    __float_as_uint(e[3 % kVec]));
+                                    __float_as_uint(e[3]));
         }
     }
     const float cta_sum = block_reduce(local_sum, SumOp(), 0.f);
