@@ -87,30 +87,46 @@ def test_triton_split_takes_the_row_stride(cpu_process: None) -> None:
 
 
 def test_cluster_threads_at_its_edges() -> None:
-    threads = cluster.cluster_threads
+    threads = cluster.cluster_threads  # in clusters of 8 unless named
     assert threads(cluster.CLUSTER_MIN_N - 1, 4) is None  # short: one CTA holds the row (cuda_warp)
-    assert threads(32768, 4) == threads(32768, 2) == 128  # 4096 a CTA, 32 values a thread
-    assert threads(65536, 4) == threads(65536, 2) == 256
+    assert threads(32768, 4) == threads(32768, 2, 4) == 128  # 4096 a CTA, 32 values a thread
+    assert threads(65536, 4) == threads(65536, 2, 4) == 256
+    assert threads(65536, 4, 2) == 1024 and threads(65536, 2, 2) == 512
     assert threads(40000, 4) == 160  # 1250 vectors a CTA, 8 each: 157 threads, rounded up to a warp
-    assert threads(262144, 4) == threads(262144, 2) == 1024  # the longest row: 8 CTAs x 1024 threads x 32
+    assert threads(262144, 4) == threads(262144, 2, 4) == 1024  # the longest row: 8 CTAs x 1024 threads x 32
+    assert threads(262144, 4, 4) is None and threads(131072, 4, 2) is None  # too long for fewer CTAs
     assert threads(262144 + 8, 2) is None  # past the cluster's registers
     assert threads(40002, 4) is None and threads(40004, 2) is None  # not whole 16-byte vectors
 
 
 @pytest.mark.parametrize("element_size", [4, 2])
-def test_cluster_threads_hold_every_slice(element_size: int) -> None:
-    vec, size, items = 16 // element_size, cluster.CLUSTER_SIZES[element_size], cluster.ITEMS
+@pytest.mark.parametrize("size", cluster.CLUSTERS)
+def test_cluster_threads_hold_every_slice(element_size: int, size: int) -> None:
+    vec, items = 16 // element_size, cluster.ITEMS
     for n_cols in range(cluster.CLUSTER_MIN_N - vec, cluster.CLUSTER_MAX_N + 2 * vec, 8 * 37):
         n_cols -= n_cols % vec
-        threads = cluster.cluster_threads(n_cols, element_size)
-        if threads is None:
-            assert not cluster.CLUSTER_MIN_N <= n_cols <= cluster.CLUSTER_MAX_N, n_cols
-            continue
+        threads = cluster.cluster_threads(n_cols, element_size, size)
         per_cta = -(-(n_cols // vec) // size)  # vectors a CTA takes, as cluster.cu counts them
+        if threads is None:
+            in_range = cluster.CLUSTER_MIN_N <= n_cols <= cluster.CLUSTER_MAX_N
+            assert not in_range or per_cta > 1024 * items, (n_cols, size)  # only a slice past 1024 threads
+            continue
         assert threads % 32 == 0 and 32 <= threads <= 1024, (n_cols, threads)
         assert threads * items >= per_cta, (n_cols, threads)  # registers hold the slice
         assert (threads - 32) * items < per_cta, (n_cols, threads)  # no idle warp
         assert size * per_cta * vec >= n_cols, (n_cols, threads)  # the slices cover the row
+
+
+@pytest.mark.parametrize(("rows", "n_cols", "element_size", "want"), [
+    (1024, 65536, 4, 2), (4096, 32768, 4, 2), (64, 262144, 4, 8),  # the shapes gpu-softmax-tune measured
+    (1024, 65536, 2, 2), (4096, 32768, 2, 2), (64, 262144, 2, 8),
+    (1024, 131072, 4, 4),  # 2 CTAs would need 2048 threads
+    (132, 65536, 4, 4), (66, 65536, 4, 8), (1, 32768, 2, 8),  # a few rows: more CTAs fill the GPU
+    (1024, 16384, 4, None), (1024, 262152, 2, None),  # lengths no build takes
+])
+def test_choose_cluster_takes_the_fewest_ctas_that_fill_the_gpu(rows: int, n_cols: int, element_size: int,
+                                                                want: int | None) -> None:
+    assert cluster.choose_cluster(rows, n_cols, element_size, sms=132) == want
 
 
 class _Recorder:
@@ -125,22 +141,25 @@ class _Recorder:
 
 def test_cuda_cluster_dispatch(monkeypatch: pytest.MonkeyPatch) -> None:
     launches: list[tuple[str, int, int, int]] = []
-    monkeypatch.setattr(cluster, "CUDA_CLUSTER", {dtype: _Recorder(k.name, launches)
-                                                  for dtype, k in cluster.CUDA_CLUSTER.items()})
+    monkeypatch.setattr(cluster, "CUDA_CLUSTER", {(dtype, size): _Recorder(f"{k.name}/{size}", launches)
+                                                  for (dtype, size), k in cluster.CUDA_CLUSTER.items()})
     monkeypatch.setattr(softmax_module, "CUDA_WARP", {dtype: _Recorder(k.name, launches)
                                                       for dtype, k in softmax_module.CUDA_WARP.items()})
     monkeypatch.setattr(cluster, "_device_has_clusters", lambda device: True)
+    monkeypatch.setattr(cluster, "_sm_count", lambda device: 132)
     impl = FWD["cuda_cluster"].fn
     impl(torch.zeros(3, 40000))
     impl(torch.zeros(2, 65536, dtype=torch.bfloat16))
     impl(torch.zeros(2, 5, 32768, dtype=torch.float16))  # 3-D: 10 rows
+    impl(torch.zeros(600, 40000))  # enough rows to fill the GPU with 2 CTAs each
     impl(torch.zeros(1, 40001)[:, 1:])  # not 16-byte aligned: the fallback
     impl(torch.zeros(4, 16384))  # short: the fallback
     impl(torch.zeros(2, 40004, dtype=torch.bfloat16))  # not whole vectors: the fallback
     assert launches == [
-        ("softmax_cluster_f32_kernel", 3 * 8, 160, 40000),
-        ("softmax_cluster_bf16_kernel", 2 * 4, 256, 65536),  # 16-bit: 4 CTAs a row, twice the elements each
-        ("softmax_cluster_f16_kernel", 10 * 4, 128, 32768),
+        ("softmax_cluster_f32_kernel/8", 3 * 8, 160, 40000),
+        ("softmax_cluster_bf16_kernel/8", 2 * 8, 128, 65536),  # 16-bit: twice the elements a thread
+        ("softmax_cluster_f16_kernel/8", 10 * 8, 64, 32768),
+        ("softmax_cluster_f32_kernel/2", 600 * 2, 640, 40000),
         ("softmax_warp_f32_kernel", 1, 1024, 40000),
         ("softmax_warp_f32_kernel", 4, 1024, 16384),
         ("softmax_warp_bf16_kernel", 2, 1024, 40004),
@@ -155,7 +174,7 @@ def test_cluster_kernels_compile_for_sm90_without_spills(cpu_process: None, can_
     if not can_compile:
         pytest.skip("neither NVRTC (cuda.core) nor nvcc is here")
     kernels = list(cluster.CUDA_CLUSTER.values())
-    assert len(kernels) == 3 and set(kernels) <= set(FWD["cuda_cluster"].kernels)
+    assert len(kernels) == 3 * len(cluster.CLUSTERS) and set(kernels) <= set(FWD["cuda_cluster"].kernels)
     for kernel in kernels:
         built = kernel.compile("sm_90")
         assert built.cubin[:4] == b"\x7fELF", built
@@ -169,9 +188,10 @@ def test_cluster_kernels_compile_for_sm90_without_spills(cpu_process: None, can_
 # ---- GPU ----------------------------------------------------------------------------------------------------
 
 GPU_SHAPES = [
-    (1, 32768),  # one row: 8 CTAs (fp32; 4 at 16 bits) x 128 threads
-    (1024, 65536),  # the long-row benchmark: 8 (4) CTAs x 256 threads
-    (7, 262144),  # the longest row the cluster holds: 8 x 1024 threads x 32 (4 x 1024 x 64)
+    (1, 32768),  # one row: 8 CTAs x 128 threads (fp32; 64 at 16 bits)
+    (1024, 65536),  # the long-row benchmark: 2 CTAs x 1024 threads (fp32; 512 at 16 bits)
+    (600, 131072),  # 4 CTAs x 1024 threads in fp32 (2 CTAs x 1024 at 16 bits)
+    (7, 262144),  # the longest row the cluster holds: 8 x 1024 threads x 32 (8 x 512 x 64)
     (3, 40000),  # a length no power of two: partial slices and threads
 ]
 

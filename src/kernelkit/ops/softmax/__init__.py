@@ -9,7 +9,8 @@ lecture's five-op version), ``triton_rowwise`` (whole rows in registers; rows lo
 ``ROWWISE_MAX_N`` = 32768 run ``triton_online``'s kernel instead), ``triton_online`` (any row length:
 online max and rescaled sum, then a second pass), ``cuda_warp`` (CUDA C++: shuffle reductions; rows whose pointers
 and length allow 16-byte accesses are held in registers up to 32768 elements, other rows take the online two passes),
-``cuda_cluster`` (CUDA C++ for sm_90: a thread-block cluster of 8 CTAs a row (4 at 16 bits), each holding its
+``cuda_cluster`` (CUDA C++ for sm_90: a thread-block cluster of 2, 4 or 8 CTAs a row (cluster.py chooses by row
+length and count), each holding its
 slice in registers and exchanging (max, sum) through distributed shared memory, so every element is read once; rows of
 16385 to 262144 elements that allow 16-byte accesses, on sm_90 or newer; other rows run cuda_warp's kernel),
 ``triton_split`` (rows cut into chunks of 4096, a program each, so a few long rows fill the GPU: one kernel writes
@@ -282,8 +283,8 @@ def softmax_triton_split(x: torch.Tensor) -> torch.Tensor:
 
 @softmax.impl("cuda_cluster", kernels=[*CUDA_CLUSTER.values(), *CUDA_WARP.values()], dtypes=list(CUDA_WARP))
 def softmax_cuda_cluster(x: torch.Tensor) -> torch.Tensor:
-    """CUDA C++ on sm_90, a cluster of 8 CTAs a row (4 at 16 bits), each element read once (aligned rows of
-    16385..262144); other rows, and GPUs before sm_90, run cuda_warp's kernel (see cluster.py)."""
+    """CUDA C++ on sm_90, a cluster of 2, 4 or 8 CTAs a row (cluster.choose_cluster), each element read once
+    (aligned rows of 16385..262144); other rows, and GPUs before sm_90, run cuda_warp's kernel (see cluster.py)."""
     kernel = _cuda_kernel(CUDA_WARP, x.dtype)
     rows = _as_rows(x)
     y = torch.empty_like(rows)

@@ -1,5 +1,5 @@
-// Softmax of long rows (16385 to 262144 elements) on Hopper (sm_90): one thread-block cluster per row (8 CTAs for
-// fp32, 4 for fp16/bf16), each element read from HBM once. Traffic: read MN, write MN elements, against 2MN + MN for
+// Softmax of long rows (16385 to 262144 elements) on Hopper (sm_90): one thread-block cluster per row (CLUSTER CTAs:
+// 2, 4 or 8, a build each, chosen by cluster.py), each element read from HBM once. Traffic: read MN, write MN elements, against 2MN + MN for
 // a block that walks the row twice.
 //
 // The row is cut into CLUSTER equal slices of whole 16-byte vectors, one per CTA of the cluster. Each CTA:
@@ -15,8 +15,8 @@
 //
 // fp32 keeps each exp(x - m_r) in the registers that held x (one exp an element). fp16/bf16 keep x as loaded, two
 // values a register, and take exp(x - m_r) again in step 4 (two exps an element, on the special-function units,
-// idle in a memory-bound kernel): a slice twice as long in the same registers, so a row needs half the CTAs and
-// each CTA moves as many bytes as an fp32 one (32 KiB at 65536). A CTA's fixed cost (two block reductions, two
+// idle in a memory-bound kernel): a slice twice as long in the same registers, so a row of 16-bit values needs
+// half the CTAs, or half the threads, of an fp32 one. A CTA's fixed cost (two block reductions, two
 // cluster barriers, its launch) is paid over as many bytes whatever the dtype.
 //
 // What the host guarantees (ops/softmax/cluster.py): x and y contiguous, 16-byte aligned, n_cols a multiple of
@@ -28,8 +28,8 @@
 // -inf gives NaN (M = -inf), as torch.softmax does.
 //
 // It includes common.cuh (conversions, vector loads and stores, reductions), as cuda.cu does; not cuda.cu itself,
-// which defines its own kernels. SOFTMAX_CLUSTER_32, SOFTMAX_CLUSTER_16 and SOFTMAX_ITEMS may be set at compile
-// time (-D) to try other shapes; cluster.py launches what it was built with (CLUSTER_SIZES, ITEMS).
+// which defines its own kernels. SOFTMAX_CLUSTER_32 and SOFTMAX_CLUSTER_16 are set at compile time (-D, one build
+// a size: cluster.py's CLUSTERS); SOFTMAX_ITEMS may be (scripts/gpu-softmax-tune tries other shapes).
 
 #include "common.cuh"  // to_float, from_float, load_vec, store_vec, warp_reduce, block_reduce
 
