@@ -183,6 +183,11 @@ def test_cluster_kernels_compile_for_sm90_without_spills(cpu_process: None, can_
             assert (usage.local, usage.stack) == (0, 0), (kernel.name, usage)
     # Before sm_90 they still build (every declared kernel is built for the device), as traps never launched.
     assert kernels[0].compile("sm_80").cubin[:4] == b"\x7fELF"
+    # Without a GPU the case is SKIPPED, saying what compiled: one line a kernel, its builds counted.
+    (result,) = kk.check("softmax", device="cpu", impls=["cuda_cluster"], sizes=[(2, 64)], dtypes=[torch.float32],
+                         isolate=False).results
+    assert result.status is Status.SKIPPED, result.message
+    assert f"{len(cluster.CLUSTERS)} builds of softmax_cluster_f32_kernel for sm_" in result.message, result.message
 
 
 # ---- GPU ----------------------------------------------------------------------------------------------------

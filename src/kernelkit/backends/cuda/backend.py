@@ -36,7 +36,11 @@ class CudaBackend(Backend):
         where = "no GPU" if not torch.cuda.is_available() else "CUDA kernels run only with --device cuda"
         if not built:
             raise BackendUnavailable(f"{where} (the impl lists no kernels to compile)")
-        raise BackendUnavailable(f"{where}; it compiled: {', '.join(_build_summary(b) for b in built)}")
+        counts: dict[str, int] = {}  # builds of one kernel with other -D options share a summary
+        for b in built:
+            counts[_build_summary(b)] = counts.get(_build_summary(b), 0) + 1
+        said = ", ".join(text if n == 1 else f"{n} builds of {text}" for text, n in counts.items())
+        raise BackendUnavailable(f"{where}; it compiled: {said}")
 
     def early_builds(self, impl: Impl, device: str) -> list[Any]:
         """load_inline extensions on a GPU: nvcc over torch's headers takes half a minute to minutes when not
