@@ -149,3 +149,23 @@ def test_a_wrong_gemv_is_named_and_not_timed() -> None:
     assert check(op.impls["eager_dequant"].fn(*args)) == ""
     assert "64 of 64 elements differ" in check(torch.zeros(1, 64, dtype=torch.bfloat16))
     assert "output shape (2, 64), expected (1, 64)" in check(torch.zeros(2, 64))
+
+
+def test_the_check_piece_runs_ops_in_processes_of_their_own_and_says_what_did_not_run(script, tmp_path):
+    check = script["check_in_processes"]
+    found = check({"square": 1, "no_such_op": 1, "softmax": 50}, "cpu", 2, lambda: 10.0, tmp_path,
+                  impls=["eager"], dtypes=["float32"])
+    rows = found["square"]["rows"]
+    assert rows and {status for _, _, _, status, _, _ in rows} == {"PASSED"}, rows
+    assert "strict mode" in found["square"]["path"] and found["square"]["interrupted"] is False
+    assert found["no_such_op"].startswith("failed: exit"), found  # its log says why
+    assert "no_such_op" in (tmp_path / "check-no_such_op.log").read_text()
+    assert found["softmax"] == "not run"  # 50 s of estimate, 10 left
+
+
+def test_the_check_piece_kills_what_runs_past_its_deadline(script, tmp_path):
+    clock = iter([10.0])  # room to start one op, then none: the running check is killed, not waited for
+    began = time.monotonic()
+    found = script["check_in_processes"]({"square": 1}, "cpu", 1, lambda: next(clock, -1.0), tmp_path)
+    assert found == {"square": "cut"}
+    assert time.monotonic() - began < 20
