@@ -456,6 +456,22 @@ def test_sparse_linear_rejects_bad_arguments() -> None:
         SparseLinear(8, 8, backend="cutlass")
 
 
+def test_sparse_linear_matmuls_take_the_planned_path_where_it_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+    from kernelkit.ops.sparse24 import cusparselt_plan, module
+
+    calls: list[str] = []
+    monkeypatch.setattr(cusparselt_plan, "linear_compressed",
+                        lambda x, packed, n: calls.append("planned") or torch.ones(x.shape[0], n))
+    monkeypatch.setattr(cusparselt, "linear", lambda x, packed, bias: calls.append(f"torch {bias is None}") or bias)
+    x, packed, bias = torch.zeros(3, 8), torch.zeros(18), torch.arange(4.0)
+    monkeypatch.setattr(cusparselt_plan, "unavailable", lambda x, packed: None)
+    assert torch.equal(module.sparse_matmul(x, packed, 4, bias), (1 + torch.arange(4.0)).expand(3, 4))  # bias added
+    assert torch.equal(module.sparse_matmul(x, packed, 4, None), torch.ones(3, 4))
+    monkeypatch.setattr(cusparselt_plan, "unavailable", lambda x, packed: "no libcusparseLt here")
+    assert module.sparse_matmul(x, packed, 4, bias) is bias  # torch._cslt_sparse_mm, bias in its epilogue
+    assert calls == ["planned", "planned", "torch False"]
+
+
 def test_linear24_cost_model() -> None:
     x, w = sp.linear_inputs((4, 16, 32), torch.float16, torch.device("cpu"), 0)
     nbytes, flops = sp.linear24.cost((x, w), ())

@@ -7,8 +7,10 @@
   transposable mask (one Triton pass writing the pruned W and W^T), compresses both, and runs y = x W^T on
   cuSPARSELt; the backward runs dx = dy W on cuSPARSELt from W^T's compressed form, and dW = dy^T x dense. The
   gradient of the pruned weight reaches the dense weight unmasked (the straight-through estimator of 2:4
-  training). Memory grows by the compressed forms (about 9/8 of W while both exist; W^T's 9/16 is kept for the
-  backward); scripts/gpu-sparse24 measures it rather than assuming it.
+  training). Each cuSPARSELt matmul is ``sparse_matmul``: its plan made once per shape where libcusparseLt loads
+  (cusparselt_plan.py), so a step pays no per-call set-up; the compressions are torch._cslt_compress. Memory
+  grows by the compressed forms (about 9/8 of W while both exist; W^T's 9/16 is kept for the backward);
+  scripts/gpu-sparse24 measures it rather than assuming it.
 
 Backends: ``"cusparselt"`` (CUDA) or ``"dense"`` (any device: the same pruning with dense matmuls, the CPU path
 and the reference of the sparse one); by default cuSPARSELt where the weight is on a GPU that has it.
@@ -65,7 +67,7 @@ def define_operators() -> None:
 
     def sparse_linear(x: torch.Tensor, packed: torch.Tensor, out_features: int, bias: torch.Tensor | None
                       ) -> torch.Tensor:
-        return cusparselt.linear(x, packed, bias)
+        return sparse_matmul(x, packed, out_features, bias)
 
     defined = torch.library.custom_op(f"{lib}::prune_transposable", transposable, mutates_args=(),
                                       schema="(Tensor w) -> (Tensor, Tensor)")
@@ -75,6 +77,19 @@ def define_operators() -> None:
     defined = torch.library.custom_op(f"{lib}::sparse_linear", sparse_linear, mutates_args=(),
                                       schema="(Tensor x, Tensor packed, SymInt out_features, Tensor? bias) -> Tensor")
     defined.register_fake(lambda x, packed, out_features, bias: x.new_empty((x.shape[0], out_features)))
+
+
+def sparse_matmul(x: torch.Tensor, packed: torch.Tensor, out_features: int, bias: torch.Tensor | None
+                  ) -> torch.Tensor:
+    """y = x @ W~^T + bias from W~'s compressed form (torch._cslt_compress's bytes): cuSPARSELt with its plan
+    made once per shape (cusparselt_plan.py: no per-call set-up) where libcusparseLt loads, else
+    torch._cslt_sparse_mm, which builds the plan at every call (~1 ms of host time; twice a training step)."""
+    from kernelkit.ops.sparse24 import cusparselt_plan
+
+    if cusparselt_plan.unavailable(x, packed) is not None:
+        return cusparselt.linear(x, packed, bias)
+    y = cusparselt_plan.linear_compressed(x, packed, out_features)
+    return y if bias is None else y.add_(bias)  # torch's call adds it in the epilogue; here one more pass over y
 
 
 def operators() -> Any:
