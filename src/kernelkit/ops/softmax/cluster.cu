@@ -1,6 +1,6 @@
 // Softmax of long rows (16385 to 262144 elements) on Hopper (sm_90): one thread-block cluster per row (CLUSTER CTAs:
-// 2, 4 or 8, a build each, chosen by cluster.py), each element read from HBM once. Traffic: read MN, write MN elements, against 2MN + MN for
-// a block that walks the row twice.
+// 2, 4 or 8, a build each, chosen by cluster.py), each element read from HBM once. Traffic: read MN, write MN
+// elements, against 2MN + MN for a block that walks the row twice.
 //
 // The row is cut into CLUSTER equal slices of whole 16-byte vectors, one per CTA of the cluster. Each CTA:
 //   1. loads its slice once into registers (16-byte loads, up to kItems vectors a thread, all issued before the
