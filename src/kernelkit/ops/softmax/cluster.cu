@@ -27,11 +27,10 @@
 // against 0 instead (exp(-inf) = 0, where -inf - -inf would be NaN) and its scale exp(-inf - M) is 0. A row of only
 // -inf gives NaN (M = -inf), as torch.softmax does.
 //
-// It includes common.cuh (conversions, vector loads and stores, reductions), as cuda.cu does; not cuda.cu itself,
-// which defines its own kernels. SOFTMAX_CLUSTER_32 and SOFTMAX_CLUSTER_16 are set at compile time (-D, one build
-// a size: cluster.py's CLUSTERS); SOFTMAX_ITEMS may be (scripts/gpu-softmax-tune tries other shapes).
-
-#include "common.cuh"  // to_float, from_float, load_vec, store_vec, warp_reduce, block_reduce
+// It includes cluster.cuh (the cluster's PTX and a slice's math, shared with stream.cu; it includes common.cuh, as
+// cuda.cu does); not cuda.cu itself, which defines its own kernels. SOFTMAX_CLUSTER_32 and SOFTMAX_CLUSTER_16 are
+// set at compile time (-D, one build a size: cluster.py's CLUSTERS); SOFTMAX_ITEMS may be (scripts/gpu-softmax-tune
+// tries other shapes).
 
 #ifndef SOFTMAX_ITEMS
 #define SOFTMAX_ITEMS 8  // 16-byte vectors a thread holds: 32 registers; 1024 threads get 64 each
@@ -43,70 +42,8 @@
 #define SOFTMAX_CLUSTER_16 4  // CTAs a row for fp16/bf16: 4 x 1024 threads x 8 vectors x 8 values = 262144
 #endif
 constexpr int kItems = SOFTMAX_ITEMS;
-constexpr float kLog2e = 1.4426950408889634f;
 
-// Cluster launches exist from sm_90. Below it the kernels still compile (the backend builds every declared kernel
-// for the device it runs on) but trap: the host never launches them there (cluster.py checks the capability).
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
-#define SOFTMAX_CLUSTER_DIMS(n)
-#define SOFTMAX_HAS_CLUSTERS 0
-#else
-#define SOFTMAX_CLUSTER_DIMS(n) __cluster_dims__(n, 1, 1)
-#define SOFTMAX_HAS_CLUSTERS 1
-#endif
-
-__device__ __forceinline__ float neg_inf() { return __int_as_float(0xff800000); }
-
-// The cluster's special registers, barrier and distributed shared memory in PTX (what cooperative_groups'
-// cluster_group wraps): cooperative_groups includes libcu++ headers (cuda/std/...) that a runtime compile does not
-// always find (NVRTC on the CUDA 13 image, seen on an H200: "cannot open source file cuda/std/type_traits").
-#if SOFTMAX_HAS_CLUSTERS
-__device__ __forceinline__ unsigned cluster_rank() {
-    unsigned r;
-    asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
-    return r;
-}
-__device__ __forceinline__ unsigned cluster_blocks() {
-    unsigned r;
-    asm volatile("mov.u32 %0, %%cluster_nctarank;" : "=r"(r));
-    return r;
-}
-// Every thread of every CTA calls both (.aligned): arrive publishes this CTA's shared-memory writes (release),
-// wait returns once all CTAs arrived and makes theirs visible (acquire).
-__device__ __forceinline__ void cluster_arrive() { asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory"); }
-__device__ __forceinline__ void cluster_wait() { asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory"); }
-// (m, s) from CTA ``rank``'s shared memory at the address ``local`` has in this CTA's.
-__device__ __forceinline__ float2 load_cluster_partial(const float2* local, unsigned rank) {
-    const unsigned addr = static_cast<unsigned>(__cvta_generic_to_shared(local));
-    unsigned remote;
-    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(addr), "r"(rank));
-    float2 p;
-    asm volatile("ld.shared::cluster.v2.f32 {%0, %1}, [%2];" : "=f"(p.x), "=f"(p.y) : "r"(remote) : "memory");
-    return p;
-}
-#endif
-
-// exp(d) as one multiply and the SFU's exp2: exp2(-inf) = 0 and exp2(NaN) = NaN, as the -inf rules above need.
-__device__ __forceinline__ float exp_f(float d) { return exp2f(d * kLog2e); }
-
-
-// Element j of a 16-byte vector of T, as float: for bf16 a shift of its 32-bit word (no conversion instruction),
-// so the 16-bit path's two passes over the held vectors stay within 64 registers.
-__device__ __forceinline__ unsigned word_of(const uint4& v, int i) {
-    return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;  // i is a constant in unrolled loops
-}
-template <typename T> __device__ __forceinline__ float element(const uint4& v, int j);
-template <> __device__ __forceinline__ float element<float>(const uint4& v, int j) {
-    return __uint_as_float(word_of(v, j));
-}
-template <> __device__ __forceinline__ float element<__nv_bfloat16>(const uint4& v, int j) {
-    const unsigned word = word_of(v, j / 2);
-    return __uint_as_float(j % 2 ? word & 0xffff0000u : word << 16);
-}
-template <> __device__ __forceinline__ float element<__half>(const uint4& v, int j) {
-    const unsigned word = word_of(v, j / 2);
-    return __half2float(__ushort_as_half(static_cast<unsigned short>(j % 2 ? word >> 16 : word & 0xffffu)));
-}
+#include "cluster.cuh"  // cluster PTX; slice_max_sum, merge_partials, store_slice
 
 // One row, one CTA's slice of it. Item k of a thread is the vector begin + tid + k * threads of the row
 // (consecutive threads, consecutive 16 bytes); the loops are unrolled, so raw[k] is four registers.
@@ -114,82 +51,40 @@ template <typename T, int CLUSTER>
 __device__ __forceinline__ void softmax_cluster_row(const T* __restrict__ x_ptr, T* __restrict__ y_ptr, int n_cols) {
 #if SOFTMAX_HAS_CLUSTERS
     constexpr int kVec = 16 / sizeof(T);
-    constexpr bool kKeepExp = sizeof(T) == sizeof(float);  // fp32: exp(x - m_r) replaces x in its registers
     // A launch without the cluster attribute would make every CTA a cluster of one: its reads of other ranks'
     // shared memory would be invalid. Stop loudly instead.
     if (cluster_blocks() != CLUSTER) __trap();
     const int rank = (int)cluster_rank();
     const int tid = threadIdx.x, threads = blockDim.x;
-    const long long row = blockIdx.x / CLUSTER;
+    const long long row_index = blockIdx.x / CLUSTER;
     const int n_vecs = n_cols / kVec;
     const int per_cta = (n_vecs + CLUSTER - 1) / CLUSTER;
     const int begin = rank * per_cta;
     const int end = min(begin + per_cta, n_vecs);  // a CTA past the row's end has an empty slice: -inf, 0
-    const uint4* x = reinterpret_cast<const uint4*>(x_ptr + row * n_cols);
+    const uint4* x = reinterpret_cast<const uint4*>(x_ptr + row_index * n_cols);
 
     uint4 raw[kItems];  // the slice as loaded (fp32: then its exponentials, as float bits)
+    const int count = end - begin;  // <= 0: an empty slice
 #pragma unroll
     for (int k = 0; k < kItems; ++k) {
-        const int item = begin + tid + k * threads;
-        if (item < end) raw[k] = x[item];
+        const int item = tid + k * threads;
+        if (item < count) raw[k] = x[begin + item];
     }
-    float local_max = neg_inf();
-#pragma unroll
-    for (int k = 0; k < kItems; ++k) {
-        if (begin + tid + k * threads < end) {
-#pragma unroll
-            for (int j = 0; j < kVec; ++j) local_max = fmaxf(local_max, element<T>(raw[k], j));
-        }
-    }
-    const float cta_max = block_reduce(local_max, MaxOp(), neg_inf());
-    const float shift = cta_max == neg_inf() ? 0.f : cta_max;
-    float local_sum = 0.f;
-#pragma unroll
-    for (int k = 0; k < kItems; ++k) {
-        if (begin + tid + k * threads < end) {
-            float e[kVec];
-#pragma unroll
-            for (int j = 0; j < kVec; ++j) {
-                e[j] = exp_f(element<T>(raw[k], j) - shift);
-                local_sum += e[j];
-            }
-            if constexpr (kKeepExp)
-                raw[k] = make_uint4(__float_as_uint(e[0]), __float_as_uint(e[1]), __float_as_uint(e[2]),
-                                    __float_as_uint(e[3]));
-        }
-    }
-    const float cta_sum = block_reduce(local_sum, SumOp(), 0.f);
+    const float2 cta = slice_max_sum<T>(raw, tid, threads, count);
 
     __shared__ float2 cta_partial;  // (m_r, s_r), read by every CTA of the cluster
-    if (threadIdx.x == 0) cta_partial = make_float2(cta_max, cta_sum);
+    if (threadIdx.x == 0) cta_partial = cta;
     cluster_arrive();
     cluster_wait();  // every CTA's partial is written and visible to the cluster
     float2 partial[CLUSTER];
 #pragma unroll
     for (int r = 0; r < CLUSTER; ++r) partial[r] = load_cluster_partial(&cta_partial, r);
-    float row_max = neg_inf();
-#pragma unroll
-    for (int r = 0; r < CLUSTER; ++r) row_max = fmaxf(row_max, partial[r].x);
-    float row_sum = 0.f;
-#pragma unroll
-    for (int r = 0; r < CLUSTER; ++r) row_sum += partial[r].y * exp_f(partial[r].x - row_max);  // empty: 0 * 0
+    const float2 row = merge_partials<CLUSTER>(partial);
     // Done with the other CTAs' shared memory: say so now, wait only before leaving, so the stores below do not
     // wait for the slowest CTA of the cluster to read.
     cluster_arrive();
-    const float scale = exp_f(cta_max - row_max) / row_sum;
-#pragma unroll
-    for (int k = 0; k < kItems; ++k) {
-        const int item = begin + tid + k * threads;
-        if (item < end) {
-            float out[kVec];
-#pragma unroll
-            for (int j = 0; j < kVec; ++j) {
-                const float x_j = element<T>(raw[k], j);
-                out[j] = (kKeepExp ? x_j : exp_f(x_j - shift)) * scale;
-            }
-            store_vec<T, kVec>(y_ptr + (row * n_cols + (long long)item * kVec), out);
-        }
-    }
+    store_slice<T>(y_ptr + (row_index * n_cols + (long long)begin * kVec), raw, tid, threads, count,
+                   slice_shift(cta.x), exp_f(cta.x - row.x) / row.y);
     cluster_wait();  // no CTA leaves (freeing its shared memory) while another may still read its partial
 #else
     __trap();
