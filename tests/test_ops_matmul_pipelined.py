@@ -10,15 +10,20 @@ reference, and misaligned operands on the scalar kernels.
 from __future__ import annotations
 
 import math
-import shutil
-import subprocess
 from pathlib import Path
 
-import numpy
 import pytest
 import torch
 
 import kernelkit as kk
+from blockkit import (
+    assert_matches_reference,
+    build_driver,
+    cpu_translation,
+    kernel_table,
+    run_on_cpu,
+    skip_without_cxx20,
+)
 from kernelkit.ops import matmul as mm
 from kernelkit.ops.matmul import ladder
 from opkit import misaligned, summary
@@ -26,92 +31,21 @@ from opkit import misaligned, summary
 CPU = torch.device("cpu")
 IMPLS = ["cuda_double_buffer", "cuda_cp_async"]
 SOURCE = Path(ladder.__file__).with_name("cuda_pipelined.cu")
-FIXTURES = Path(__file__).parent / "fixtures" / "cuda_cpu"
-# The PTX of the cp.async helpers, swapped for block_emulator.h's functions (name -> CPU body).
-CPU_HELPERS = {
-    "copy4_async": "inline void copy4_async(float* dst, const float* src, bool inside) "
-                   "{ emu_copy(dst, src, inside ? 4 : 0, 4); }",
-    "copy16_async": "inline void copy16_async(float* dst, const float* src, bool inside) "
-                    "{ emu_copy(dst, src, inside ? 16 : 0, 16); }",
-    "commit_copies": "inline void commit_copies() { emu_commit(); }",
-    "wait_oldest_tile": "inline void wait_oldest_tile() { emu_wait(PL_STAGES - 2); }",
-    "shared_address": "",
-}
+KERNELS = kernel_table([k.name for rung in ladder.PIPELINED for k in rung.kernels], "PL_BM", "PL_BN", "PL_THREADS")
 
 
 # ---- CPU: the kernels on CPU threads ------------------------------------------------------------------------
 
-def _swap_function(source: str, name: str, replacement: str) -> str:
-    """``source`` with the __device__ function ``name`` (its definition, up to the closing brace) replaced."""
-    at = source.index(f" {name}(")  # ValueError if the kernel file renamed a helper: update CPU_HELPERS
-    start = source.rfind("__device__", 0, at)
-    depth = 0
-    for end in range(source.index("{", at), len(source)):
-        depth += {"{": 1, "}": -1}.get(source[end], 0)
-        if depth == 0:
-            return source[:start] + replacement + source[end + 1:]
-    raise ValueError(f"unbalanced braces after {name}")
-
-
-def cpu_translation(source: str) -> str:
-    """cuda_pipelined.cu with its inline PTX replaced by the emulator's calls."""
-    for name, body in CPU_HELPERS.items():
-        source = _swap_function(source, name, body)
-    return source
-
-
-CXX_FLAGS = ["-std=c++20", "-O1", "-pthread"]
-
-
-def build_driver(kernels: str, folder: Path) -> Path:
-    """matmul_driver.cpp built in ``folder`` with ``kernels`` (translated CUDA source) as its kernels.h."""
-    (folder / "kernels.h").write_text(kernels)
-    binary = folder / "driver"
-    built = subprocess.run([_cxx(), *CXX_FLAGS, f"-I{FIXTURES}", f"-I{folder}", f"-I{SOURCE.parent}",  # row4.cuh
-                            str(FIXTURES / "matmul_driver.cpp"),
-                            "-o", str(binary)], capture_output=True, text=True, check=False)
-    assert built.returncode == 0, built.stderr[-4000:]
-    return binary
-
-
-def _cxx() -> str:
-    return shutil.which("g++") or shutil.which("clang++") or "c++"
+def translation() -> str:
+    return cpu_translation(SOURCE.read_text(), "PL_STAGES") + KERNELS
 
 
 @pytest.fixture(scope="module")
 def driver(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The kernels built for the CPU with block_emulator.h (SKIPPED without a C++20 compiler)."""
     folder = tmp_path_factory.mktemp("cuda_cpu")
-    probe = folder / "probe.cpp"
-    probe.write_text("#include <barrier>\nint main() { std::barrier<> b(1); b.arrive_and_wait(); }\n")
-    try:
-        probed = subprocess.run([_cxx(), *CXX_FLAGS, str(probe), "-o", str(folder / "probe")], capture_output=True,
-                                check=False).returncode == 0
-    except OSError:
-        probed = False
-    if not probed:
-        pytest.skip("needs a C++20 compiler with <barrier> (g++ 11 or newer)")
-    return build_driver(cpu_translation(SOURCE.read_text()), folder)
-
-
-def run_on_cpu(driver: Path, kernel: str, a: torch.Tensor, b: torch.Tensor, *, deferred: bool = False,
-               offset: int = 0) -> torch.Tensor:
-    """C = A @ B by ``kernel`` on CPU threads; A (M, K), B (K, N) float32; ``offset`` floats off 16-byte alignment."""
-    (m, k), n = a.shape, b.shape[1]
-    folder = driver.parent
-    a.numpy().tofile(folder / "a.bin")
-    b.numpy().tofile(folder / "b.bin")
-    done = subprocess.run([str(driver), kernel, str(int(deferred)), str(m), str(n), str(k), str(offset),
-                           str(folder / "a.bin"), str(folder / "b.bin"), str(folder / "c.bin")],
-                          capture_output=True, text=True, timeout=120, check=False)
-    assert done.returncode == 0, done.stderr
-    return torch.from_numpy(numpy.fromfile(folder / "c.bin", dtype="float32")).view(m, n)
-
-
-def assert_matches_reference(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> None:
-    """Within matmul's fp32 tolerance of the float64 product (an unwritten output is NaN and fails)."""
-    atol, rtol = mm.matmul.tolerance_for(torch.float32)
-    torch.testing.assert_close(out.double(), a.double() @ b.double(), atol=atol, rtol=rtol)
+    skip_without_cxx20(folder)
+    return build_driver(translation(), folder)
 
 
 ALIGNED = [  # K and N multiples of 4: the 16-byte kernels
@@ -151,7 +85,7 @@ def test_scalar_kernels_take_misaligned_pointers_on_cpu_threads(driver: Path, ke
 
 def test_a_stage_read_before_its_wait_fails_on_cpu_threads(driver: Path, tmp_path: Path) -> None:
     """The harness catches a pipeline bug: waiting for one group fewer than the kernel needs reads stale tiles."""
-    wrong = cpu_translation(SOURCE.read_text()).replace("emu_wait(PL_STAGES - 2)", "emu_wait(PL_STAGES - 1)")
+    wrong = translation().replace("emu_wait(PL_STAGES - 2)", "emu_wait(PL_STAGES - 1)")
     binary = build_driver(wrong, tmp_path)
     a, b = mm.matmul_inputs((256, 128, 36), torch.float32, CPU, 3)
     with pytest.raises(AssertionError):
