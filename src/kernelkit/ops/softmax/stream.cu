@@ -32,9 +32,15 @@
 #ifndef SOFTMAX_STREAM_CLUSTER
 #define SOFTMAX_STREAM_CLUSTER 4
 #endif
+#ifndef SOFTMAX_STREAM_STAGES
+#define SOFTMAX_STREAM_STAGES 2  // slices of shared memory a CTA has in flight (registers hold a third)
+#endif
+#ifndef SOFTMAX_STREAM_MIN_BLOCKS
+#define SOFTMAX_STREAM_MIN_BLOCKS 1  // CTAs an SM the registers are budgeted for (2: at most 64 a thread)
+#endif
 constexpr int kItems = SOFTMAX_ITEMS;
 constexpr int kStreamThreads = 512;  // at most, so a thread may have 128 registers (1024 would spill at 64)
-constexpr int kStages = 2;
+constexpr int kStages = SOFTMAX_STREAM_STAGES;
 constexpr unsigned kCopyPiece = 32768;  // bytes a cp.async.bulk: a slice is asked for in pieces of this or less
 
 #include "cluster.cuh"  // cluster PTX; slice_max_sum, merge_partials, store_slice
@@ -142,17 +148,17 @@ __device__ __forceinline__ void softmax_stream_rows(const T* __restrict__ x_ptr,
 
 // grid: G * CLUSTER blocks; block: 32..512 threads, a multiple of 32; dynamic shared memory kStages slices.
 // x_ptr, y_ptr: (rows, n_cols), contiguous.
-extern "C" SOFTMAX_CLUSTER_DIMS(SOFTMAX_STREAM_CLUSTER) __global__ void __launch_bounds__(kStreamThreads)
+extern "C" SOFTMAX_CLUSTER_DIMS(SOFTMAX_STREAM_CLUSTER) __global__ void __launch_bounds__(kStreamThreads, SOFTMAX_STREAM_MIN_BLOCKS)
 softmax_stream_f32_kernel(const float* __restrict__ x_ptr, float* __restrict__ y_ptr, int rows, int n_cols) {
     softmax_stream_rows<float, SOFTMAX_STREAM_CLUSTER>(x_ptr, y_ptr, rows, n_cols);
 }
 
-extern "C" SOFTMAX_CLUSTER_DIMS(SOFTMAX_STREAM_CLUSTER) __global__ void __launch_bounds__(kStreamThreads)
+extern "C" SOFTMAX_CLUSTER_DIMS(SOFTMAX_STREAM_CLUSTER) __global__ void __launch_bounds__(kStreamThreads, SOFTMAX_STREAM_MIN_BLOCKS)
 softmax_stream_f16_kernel(const __half* __restrict__ x_ptr, __half* __restrict__ y_ptr, int rows, int n_cols) {
     softmax_stream_rows<__half, SOFTMAX_STREAM_CLUSTER>(x_ptr, y_ptr, rows, n_cols);
 }
 
-extern "C" SOFTMAX_CLUSTER_DIMS(SOFTMAX_STREAM_CLUSTER) __global__ void __launch_bounds__(kStreamThreads)
+extern "C" SOFTMAX_CLUSTER_DIMS(SOFTMAX_STREAM_CLUSTER) __global__ void __launch_bounds__(kStreamThreads, SOFTMAX_STREAM_MIN_BLOCKS)
 softmax_stream_bf16_kernel(const __nv_bfloat16* __restrict__ x_ptr, __nv_bfloat16* __restrict__ y_ptr, int rows,
                            int n_cols) {
     softmax_stream_rows<__nv_bfloat16, SOFTMAX_STREAM_CLUSTER>(x_ptr, y_ptr, rows, n_cols);
