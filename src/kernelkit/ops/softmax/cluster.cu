@@ -13,11 +13,12 @@
 //   5. leaves only once every CTA of the cluster has read the partials (a split barrier: arrive after the reads,
 //      wait at the end): a CTA's shared memory must outlive every other CTA's reads of it.
 //
-// fp32 keeps each exp(x - m_r) in the registers that held x (one exp an element). fp16/bf16 keep x as loaded, two
-// values a register, and take exp(x - m_r) again in step 4 (two exps an element, on the special-function units,
-// idle in a memory-bound kernel): a slice twice as long in the same registers, so a row of 16-bit values needs
-// half the CTAs, or half the threads, of an fp32 one. A CTA's fixed cost (two block reductions, two
-// cluster barriers, its launch) is paid over as many bytes whatever the dtype.
+// fp32 keeps each exp(x - m_r) in the registers that held x (one exp an element), bf16 keeps it as fp16 pairs in
+// the registers that held x (cluster.cuh's Held: one exp an element, within one bf16 ulp), fp16 keeps x as
+// loaded and takes exp(x - m_r) again in step 4 (two exps an element, on the special-function units). 16-bit
+// values are two a register: a slice twice as long in the same registers, so a row of 16-bit values needs half
+// the CTAs, or half the threads, of an fp32 one. A CTA's fixed cost (two block reductions, two cluster barriers,
+// its launch) is paid over as many bytes whatever the dtype.
 //
 // What the host guarantees (ops/softmax/cluster.py): x and y contiguous, 16-byte aligned, n_cols a multiple of
 // 16 / sizeof(T), blockDim.x a multiple of 32 with blockDim.x * kItems >= the slice's vectors,

@@ -77,9 +77,23 @@ template <> __device__ __forceinline__ float element<__half>(const uint4& v, int
     return __half2float(__ushort_as_half(static_cast<unsigned short>(j % 2 ? word >> 16 : word & 0xffffu)));
 }
 
+// What raw[] holds after slice_max_sum: fp32 and bf16 slices their exponentials exp(x - shift) (one exp an
+// element: the special-function units would otherwise take twice the time of the row's bytes in a bf16 softmax),
+// bf16's as fp16 pairs in the registers that held x: 11 significant bits against the output's 8, so the store's
+// rounding to bf16 stays within one bf16 ulp of the exact value (values under fp16's normal range, 6e-5, keep
+// an absolute error under 3e-8). fp16 slices keep x (fp16 output has no bits to spare) and take the exp again.
+template <typename T> struct Held { using type = __half; static constexpr bool kExp = true; };
+template <> struct Held<float> { using type = float; static constexpr bool kExp = true; };
+template <> struct Held<__half> { using type = __half; static constexpr bool kExp = false; };
+
+__device__ __forceinline__ unsigned half_pair(float lo, float hi) {
+    const __half2 h = __floats2half2_rn(lo, hi);  // lo in the low 16 bits, as element<__half> reads it
+    return *reinterpret_cast<const unsigned*>(&h);
+}
+
 // This CTA's slice, held as raw[k] = vector tid + k * threads of it (count vectors in all), reduced over the block:
-// returns (m_r, s_r) with s_r = sum exp(x - shift), shift = m_r (0 when the slice is empty or only -inf). fp32
-// replaces each vector by its exponentials (one exp an element); 16-bit slices keep x and take it again on store.
+// returns (m_r, s_r) with s_r = sum exp(x - shift), shift = m_r (0 when the slice is empty or only -inf); raw then
+// holds what Held<T> says.
 template <typename T>
 __device__ __forceinline__ float2 slice_max_sum(uint4 (&raw)[kItems], int tid, int threads, int count) {
     constexpr int kVec = 16 / sizeof(T);
@@ -103,9 +117,13 @@ __device__ __forceinline__ float2 slice_max_sum(uint4 (&raw)[kItems], int tid, i
                 e[j] = exp_f(element<T>(raw[k], j) - shift);
                 local_sum += e[j];
             }
-            if constexpr (sizeof(T) == sizeof(float))
+            if constexpr (sizeof(T) == sizeof(float)) {
                 raw[k] = make_uint4(__float_as_uint(e[0]), __float_as_uint(e[1]), __float_as_uint(e[2]),
                                     __float_as_uint(e[3]));
+            } else if constexpr (Held<T>::kExp) {
+                raw[k] = make_uint4(half_pair(e[0], e[1]), half_pair(e[2], e[3]), half_pair(e[4], e[5]),
+                                    half_pair(e[6], e[7]));
+            }
         }
     }
     return make_float2(cta_max, block_reduce(local_sum, SumOp(), 0.f));
@@ -124,8 +142,8 @@ __device__ __forceinline__ float2 merge_partials(const float2 (&partial)[CLUSTER
     return make_float2(row_max, row_sum);
 }
 
-// y's slice (vector i at y_slice + i * kVec) from the held raw: exp(x - shift) * scale, with shift the slice's
-// (slice_shift of m_r) and scale = exp(m_r - M) / S.
+// y's slice (vector i at y_slice + i * kVec) from the held raw (Held<T>): exp(x - shift) * scale, with shift the
+// slice's (slice_shift of m_r) and scale = exp(m_r - M) / S.
 template <typename T>
 __device__ __forceinline__ void store_slice(T* __restrict__ y_slice, const uint4 (&raw)[kItems], int tid,
                                             int threads, int count, float shift, float scale) {
@@ -137,8 +155,8 @@ __device__ __forceinline__ void store_slice(T* __restrict__ y_slice, const uint4
             float out[kVec];
 #pragma unroll
             for (int j = 0; j < kVec; ++j) {
-                const float x_j = element<T>(raw[k], j);
-                out[j] = (sizeof(T) == sizeof(float) ? x_j : exp_f(x_j - shift)) * scale;
+                const float held = element<typename Held<T>::type>(raw[k], j);
+                out[j] = (Held<T>::kExp ? held : exp_f(held - shift)) * scale;
             }
             store_vec<T, kVec>(y_slice + (long long)item * kVec, out);
         }
