@@ -81,7 +81,7 @@ def test_cuda_stream_dispatch(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(softmax_module, "CUDA_WARP", {dtype: _Recorder(k.name, launches)
                                                       for dtype, k in softmax_module.CUDA_WARP.items()})
     monkeypatch.setattr(stream, "cluster_device", lambda device: 0)  # CPU tensors stand in for CUDA ones
-    monkeypatch.setattr(stream, "grid_clusters", lambda kernel, size, threads, stages, index: 128 // size)
+    monkeypatch.setattr(stream, "grid_clusters", lambda kernel, size, threads, shared_mem, index: 128 // size)
     monkeypatch.setattr(cluster, "_device_has_clusters", lambda device: True)
     monkeypatch.setattr(cluster, "_sm_count", lambda device: 132)
     impl = FWD["cuda_stream"].fn

@@ -32,17 +32,19 @@ CUDA_STREAM = {(dtype, size): cuda_kernel("stream.cu", f"softmax_stream_{suffix}
                for size in STREAM_CLUSTERS}
 
 
-def stream_shape(n_cols: int, element_size: int, slice_max: int = SLICE_MAX_BYTES) -> tuple[int, int] | None:
+def stream_shape(n_cols: int, element_size: int, slice_max: int = SLICE_MAX_BYTES,
+                 items: int = ITEMS) -> tuple[int, int] | None:
     """(CTAs a row, threads a CTA) for rows of ``n_cols`` elements of ``element_size`` bytes in slices of at most
-    ``slice_max`` bytes, or None when the streamed kernel does not take that length. 65536 fp32 -> (4, 512);
-    65536 bf16 -> (2, 512)."""
+    ``slice_max`` bytes, ``items`` 16-byte vectors a thread, or None when the streamed kernel does not take that
+    length. 65536 fp32 -> (4, 512); 65536 bf16 -> (2, 512)."""
     vec = 16 // element_size
     if n_cols < STREAM_MIN_N:
         return None
     for size in STREAM_CLUSTERS:
         if n_cols % (size * vec) == 0 and n_cols * element_size // size <= slice_max:
             vectors = n_cols // vec // size
-            return size, 32 * -(-vectors // (32 * ITEMS))
+            threads = 32 * -(-vectors // (32 * items))
+            return (size, threads) if threads <= STREAM_MAX_THREADS else None
     return None
 
 
@@ -54,10 +56,9 @@ def estimated_clusters(cluster: int, shared_mem: int, sms: int) -> int:
 
 
 @cache
-def grid_clusters(kernel: CudaKernel, cluster: int, threads: int, stages: int, device_index: int) -> int:
-    """Clusters of ``kernel`` (``stages`` slices of shared memory a CTA) that can run at once on
+def grid_clusters(kernel: CudaKernel, cluster: int, threads: int, shared_mem: int, device_index: int) -> int:
+    """Clusters of ``kernel`` (``shared_mem`` bytes of dynamic shared memory a CTA) that can run at once on
     cuda:``device_index``."""
-    shared_mem = stages * (threads * ITEMS * 16)  # at most; the launch asks for the slice's exact size
     with torch.cuda.device(device_index):
         active = kernel.max_active_clusters(cluster, threads, shared_mem)
     return active if active else estimated_clusters(cluster, shared_mem, sm_count(device_index))
@@ -72,13 +73,13 @@ def cluster_device(device: torch.device) -> int | None:
 
 
 def launch_stream(x: torch.Tensor, y: torch.Tensor, build: Callable[[torch.dtype, int], CudaKernel] | None = None,
-                  slice_max: int = SLICE_MAX_BYTES, stages: int = STAGES) -> bool:
+                  slice_max: int = SLICE_MAX_BYTES, stages: int = STAGES, items: int = ITEMS) -> bool:
     """softmax of the contiguous, non-empty (M, N) x into y by stream.cu; False (nothing launched) when the row
     length, alignment, dtype or device rule it out. ``build`` (dtype, CTAs a row) -> a build of stream.cu with
-    ``stages`` (SOFTMAX_STREAM_STAGES), for slices of at most ``slice_max`` bytes: other shapes
-    (scripts/gpu-softmax-tune); without it, CUDA_STREAM's."""
+    ``stages`` (SOFTMAX_STREAM_STAGES) and ``items`` (SOFTMAX_ITEMS), for slices of at most ``slice_max`` bytes:
+    other shapes (scripts/gpu-softmax-tune); without it, CUDA_STREAM's."""
     n_rows, n_cols = x.shape
-    shape = stream_shape(n_cols, x.element_size(), slice_max)
+    shape = stream_shape(n_cols, x.element_size(), slice_max, items)
     if shape is None or (x.dtype, 1) not in CUDA_STREAM or (x.data_ptr() | y.data_ptr()) % 16:
         return False
     index = cluster_device(x.device)
@@ -86,7 +87,7 @@ def launch_stream(x: torch.Tensor, y: torch.Tensor, build: Callable[[torch.dtype
         return False
     cluster, threads = shape
     kernel = build(x.dtype, cluster) if build is not None else CUDA_STREAM[x.dtype, cluster]
-    clusters = min(n_rows, grid_clusters(kernel, cluster, threads, stages, index))
     shared_mem = stages * n_cols * x.element_size() // cluster
+    clusters = min(n_rows, grid_clusters(kernel, cluster, threads, shared_mem, index))
     kernel.launch(clusters * cluster, threads, x, y, n_rows, n_cols, shared_mem=shared_mem)
     return True
