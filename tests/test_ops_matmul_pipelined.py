@@ -88,8 +88,9 @@ def test_a_stage_read_before_its_wait_fails_on_cpu_threads(driver: Path, tmp_pat
     wrong = translation().replace("emu_wait(PL_STAGES - 2)", "emu_wait(PL_STAGES - 1)")
     binary = build_driver(wrong, tmp_path)
     a, b = mm.matmul_inputs((256, 128, 36), torch.float32, CPU, 3)
-    with pytest.raises(AssertionError):
-        assert_matches_reference(run_on_cpu(binary, "matmul_cp_async_kernel", a, b, deferred=True), a, b)
+    out = run_on_cpu(binary, "matmul_cp_async_kernel", a, b, deferred=True, pending_allowed=True)
+    with pytest.raises(AssertionError, match="not close"):  # wrong values, not the driver's exit code
+        assert_matches_reference(out, a, b)
 
 
 # ---- CPU: registration --------------------------------------------------------------------------------------
