@@ -9,14 +9,14 @@ Ops:
 - ``matmul_fp8``: float8_e4m3fn A (M, K) row-major and B (K, N) column-major (the layout cuBLASLt's fp8 GEMM
   takes), per-tensor fp32 scales: C = (scale_a A) @ (scale_b B) in bfloat16. The case dtype names the output.
 
-Impls: the CUDA fp32 ladder of ``matmul`` (``cuda_naive`` -> ``cuda_coalesced`` -> ``cuda_smem`` ->
-``cuda_tile1d`` -> ``cuda_tile2d`` -> ``cuda_vec4`` -> ``cuda_warptile``, each adding one idea; cuda.cu; then
-``cuda_double_buffer`` -> ``cuda_cp_async``, pipelined.py and cuda_pipelined.cu); Triton
-(triton.py) ``triton_blocked`` (the tutorial's kernel: grouped program order, autotuned), ``triton_persistent``
-(one program per SM), ``triton_tma`` (persistent, tiles moved by TMA) and ``triton_splitk`` (K split across
-programs, for small M·N with long K). Baselines: ``eager`` is cuBLAS (the reference itself for matmul and
-matmul_bt; TF32 cuBLAS for matmul_tf32; ``torch._scaled_mm`` for matmul_fp8) and ``compile`` is torch.compile
-(``--compile-mode max-autotune`` lets inductor try its Triton GEMM templates).
+Impls: the CUDA fp32 ladder of ``matmul`` (``cuda_naive`` -> ``cuda_coalesced`` -> ``cuda_smem`` -> ``cuda_tile1d``
+-> ``cuda_tile2d`` -> ``cuda_vec4`` -> ``cuda_warptile``, each adding one idea; cuda.cu; then ``cuda_double_buffer``
+-> ``cuda_cp_async`` (cuda_pipelined.cu) -> ``cuda_warp64`` (cuda_tuned.cu), pipelined.py); Triton (triton.py)
+``triton_blocked`` (the tutorial's kernel: grouped program order, autotuned), ``triton_persistent`` (one program per
+SM), ``triton_tma`` (persistent, tiles moved by TMA) and ``triton_splitk`` (K split across programs, for small M·N
+with long K). Baselines: ``eager`` is cuBLAS (the reference itself for matmul and matmul_bt; TF32 cuBLAS for
+matmul_tf32; ``torch._scaled_mm`` for matmul_fp8) and ``compile`` is torch.compile (``--compile-mode max-autotune``
+lets inductor try its Triton GEMM templates).
 
 Inputs (inputs.py): seeded normals, A and B each scaled by K^-1/4, so C is O(1) whatever K is. Cost: 2MNK flops;
 bytes: read A and B once, write C once (the minimum; tiled kernels re-read from L2). Tolerance (tolerance.py):
@@ -231,7 +231,7 @@ def matmul_cuda_warptile(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return _cuda(ladder.WARPTILE, a, b)
 
 
-pipelined.register(matmul, _cuda)  # cuda_double_buffer, cuda_cp_async
+pipelined.register(matmul, _cuda)  # cuda_double_buffer, cuda_cp_async, cuda_warp64
 
 
 # ---- Triton impls (matmul, matmul_bt, matmul_tf32, matmul_fp8) ---------------------------------------------

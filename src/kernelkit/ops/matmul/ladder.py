@@ -1,5 +1,5 @@
-"""The CUDA fp32 ladder's launch data: each rung's kernels (cuda.cu, cuda_pipelined.cu), block shape and tile, and
-one launcher.
+"""The CUDA fp32 ladder's launch data: each rung's kernels (cuda.cu, cuda_pipelined.cu, cuda_tuned.cu), block shape
+and tile, and one launcher; the tilings cuda_tuned.cu builds with.
 
 Nothing is compiled here: ``cuda_kernel`` only reads the source; the first launch (or a compile-only check)
 builds it with NVRTC.
@@ -7,7 +7,7 @@ builds it with NVRTC.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import torch
 
@@ -57,6 +57,43 @@ DOUBLE_BUFFER = Rung("double_buffer", _kernel("double_buffer", "cuda_pipelined.c
 CP_ASYNC = Rung("cp_async", _kernel("cp_async", "cuda_pipelined.cu"), (256,), 128, 128,
                 unaligned=_kernel("cp_async_unaligned", "cuda_pipelined.cu"))
 PIPELINED = (DOUBLE_BUFFER, CP_ASYNC)
+
+
+@dataclass(frozen=True)
+class Tiling:
+    """A build of cuda_tuned.cu, a field for each of its TUNED_* macros; the defaults are the file's own. Block
+    tile bm x bn with bk of K a stage, warp tile wm x wn, lanes_n lanes across a warp's columns."""
+
+    bm: int = 128
+    bn: int = 128
+    bk: int = 16
+    wm: int = 64
+    wn: int = 64
+    lanes_n: int = 4
+    stages: int = 2
+    min_blocks: int = 2
+    group_m: int = 8
+
+    @property
+    def threads(self) -> int:
+        return (self.bm // self.wm) * (self.bn // self.wn) * 32
+
+    def options(self) -> tuple[str, ...]:
+        """-D options for the fields that differ from the file's defaults."""
+        default = Tiling()
+        return tuple(f"-DTUNED_{f.name.upper()}={getattr(self, f.name)}" for f in fields(self)
+                     if getattr(self, f.name) != getattr(default, f.name))
+
+    def rung(self, name: str = "warp64") -> Rung:
+        """The rung of this build: its aligned and scalar kernels, block and tile."""
+        options = self.options()
+        return Rung(name, cuda_kernel("cuda_tuned.cu", "matmul_warp64_kernel", options=options), (self.threads,),
+                    self.bm, self.bn, unaligned=cuda_kernel("cuda_tuned.cu", "matmul_warp64_unaligned_kernel",
+                                                            options=options))
+
+
+# Past cp_async (cuda_tuned.cu): the tiling changes, set by the file's macros (scripts/gpu-matmul-tune builds others).
+WARP64 = Tiling().rung()
 
 
 def vector_aligned(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor) -> bool:

@@ -1,5 +1,7 @@
-"""The CUDA fp32 ladder's rungs past ``cuda_warptile`` (kernels in cuda_pipelined.cu): the same 128 x 128 x 8 tiling
-and warp layout, with the next data brought to the FMAs earlier. Registered on ``matmul`` by the package."""
+"""The CUDA fp32 ladder's rungs past ``cuda_warptile``: ``cuda_double_buffer`` and ``cuda_cp_async``
+(cuda_pipelined.cu), the same 128 x 128 x 8 tiling and warp layout with the next data brought to the FMAs earlier;
+then ``cuda_warp64`` (cuda_tuned.cu), cp_async's pipeline with a larger tile a lane and a warp. Registered on
+``matmul`` by the package."""
 
 from __future__ import annotations
 
@@ -14,7 +16,8 @@ Launch = Callable[[ladder.Rung, torch.Tensor, torch.Tensor], torch.Tensor]  # ch
 
 
 def register(target: Op, launch: Launch) -> None:
-    """``cuda_double_buffer`` and ``cuda_cp_async`` on ``target`` (fp32 A (M, K) @ B (K, N) -> C (M, N))."""
+    """``cuda_double_buffer``, ``cuda_cp_async`` and ``cuda_warp64`` on ``target`` (fp32 A (M, K) @ B (K, N) ->
+    C (M, N))."""
 
     @target.impl("cuda_double_buffer", kernels=ladder.DOUBLE_BUFFER.kernels, dtypes=[torch.float32])
     def matmul_cuda_double_buffer(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -37,3 +40,16 @@ def register(target: Op, launch: Launch) -> None:
         4-byte copies of B and scalar C stores.
         """
         return launch(ladder.CP_ASYNC, a, b)
+
+    @target.impl("cuda_warp64", kernels=ladder.WARP64.kernels, dtypes=[torch.float32])
+    def matmul_cuda_warp64(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        """CUDA, cp_async with 64 x 64 warp tiles: each lane 8 x 16 results, 4 warps a 128 x 128 block, BK = 16.
+
+        A lane's k-step is 6 float4 shared loads for 128 FMAs (cp_async: 4 for 64), and a tile of 16 k-steps
+        ends in one barrier of 4 warps; its copies (cp.async, 2 stages) land while the tile before is computed.
+        Inner tiles are copied without edge masks; blocks take their tiles 8 tile rows at a time, column by
+        column, for L2 reuse. 233 registers, 33 KB of shared memory, 2 blocks of 128 threads an SM. Unaligned
+        rows: 4-byte copies of B and scalar C stores. Its tiling is cuda_tuned.cu's macros
+        (scripts/gpu-matmul-tune times variants).
+        """
+        return launch(ladder.WARP64, a, b)
