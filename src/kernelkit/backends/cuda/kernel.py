@@ -214,26 +214,6 @@ class CudaKernel:
             stream = self._wrap_stream(index, handle)
         self._core.launch(stream, config, kernel, *values)
 
-    def max_active_clusters(self, cluster: int, block: int, shared_mem: int = 0) -> int | None:
-        """Clusters of ``cluster`` blocks of ``block`` threads (``shared_mem`` bytes of dynamic shared memory each)
-        that can run at once on torch's current device (cuOccupancyMaxActiveClusters: it knows how the SMs are
-        grouped, which SMs / cluster does not); None where this cuda.core cannot say. Compiles and loads the
-        kernel on first use; BackendUnavailable without a GPU."""
-        try:
-            index = _current_device()
-        except (AssertionError, RuntimeError) as exc:
-            raise BackendUnavailable(f"no GPU: cannot place CUDA kernel {self.name!r} ({exc})") from None
-        kernel = self._kernels.get(index) or self._load(index)
-        self._config(index, 1, block, shared_mem)  # opts in to shared_mem past 48 KiB first
-        occupancy = getattr(kernel, "occupancy", None)
-        if occupancy is None:
-            return None
-        config = self._core.LaunchConfig(grid=1, cluster=cluster, block=block, shmem_size=shared_mem)
-        try:
-            return int(occupancy.max_active_clusters(config, stream=self._core.Device(index).default_stream))
-        except TypeError:  # cuda.core before the stream argument
-            return int(occupancy.max_active_clusters(config))
-
     def _load(self, index: int) -> Any:
         if not torch.cuda.is_available():
             raise BackendUnavailable(f"no GPU: cannot launch CUDA kernel {self.name!r}")

@@ -14,10 +14,7 @@ length and count), each holding its
 slice in registers and exchanging (max, sum) through distributed shared memory, so every element is read once; rows of
 16385 to 262144 elements that allow 16-byte accesses, on sm_90 or newer; other rows run cuda_warp's kernel),
 ``triton_split`` (rows cut into chunks of 4096, a program each, so a few long rows fill the GPU: one kernel writes
-each chunk's max and sum, a second merges a row's and writes its chunk; 2 reads + 1 write), ``cuda_stream``
-(CUDA C++ for sm_90: persistent clusters of 1 to 8 CTAs, each row's slices streamed into shared memory by TMA bulk
-copies while the CTA reduces and stores the row before, so reads overlap the rest as in a copy; rows of 16385 or
-more that cut into slices of at most 64 KiB (stream.py), else cuda_cluster's path).
+each chunk's max and sum, a second merges a row's and writes its chunk; 2 reads + 1 write).
 Backward impls: ``eager`` (PyTorch's fused kernel, what autograd runs), ``triton_rowwise`` (whole rows of y and dy
 in registers; rows longer than ``BACKWARD_ROWWISE_MAX_N`` = 16384 take a chunked two-pass kernel), ``cuda_warp``
 (y and dy in registers up to 16384 elements when 16-byte aligned, two passes otherwise).
@@ -32,7 +29,6 @@ import torch
 from kernelkit.backends.cuda import CudaKernel, cuda_kernel
 from kernelkit.backends.lazy import kernel_module
 from kernelkit.ops.softmax.cluster import CUDA_CLUSTER, launch_cuda_cluster
-from kernelkit.ops.softmax.stream import CUDA_STREAM, launch_stream
 from kernelkit.spec import Size, op, seeded_normal
 
 triton_kernels = kernel_module(__name__, "triton")
@@ -293,20 +289,6 @@ def softmax_cuda_cluster(x: torch.Tensor) -> torch.Tensor:
     rows = _as_rows(x)
     y = torch.empty_like(rows)
     if rows.numel() and not launch_cuda_cluster(rows, y):
-        kernel.launch(rows.shape[0], cuda_threads(rows.shape[1]), rows, y, rows.shape[1])
-    return y.reshape(x.shape)
-
-
-@softmax.impl("cuda_stream", kernels=[*CUDA_STREAM.values(), *CUDA_CLUSTER.values(), *CUDA_WARP.values()],
-              dtypes=list(CUDA_WARP))
-def softmax_cuda_stream(x: torch.Tensor) -> torch.Tensor:
-    """CUDA C++ on sm_90, persistent clusters streaming rows through shared memory (TMA bulk copies, two rows'
-    slices in flight while a third is reduced and stored; see stream.py for the rows it takes); other rows take
-    cuda_cluster's path."""
-    kernel = _cuda_kernel(CUDA_WARP, x.dtype)
-    rows = _as_rows(x)
-    y = torch.empty_like(rows)
-    if rows.numel() and not launch_stream(rows, y) and not launch_cuda_cluster(rows, y):
         kernel.launch(rows.shape[0], cuda_threads(rows.shape[1]), rows, y, rows.shape[1])
     return y.reshape(x.shape)
 

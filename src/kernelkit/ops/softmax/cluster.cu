@@ -28,7 +28,7 @@
 // against 0 instead (exp(-inf) = 0, where -inf - -inf would be NaN) and its scale exp(-inf - M) is 0. A row of only
 // -inf gives NaN (M = -inf), as torch.softmax does.
 //
-// It includes cluster.cuh (the cluster's PTX and a slice's math, shared with stream.cu; it includes common.cuh, as
+// It includes cluster.cuh (the cluster's PTX and a slice's math; it includes common.cuh, as
 // cuda.cu does); not cuda.cu itself, which defines its own kernels. SOFTMAX_CLUSTER_32 and SOFTMAX_CLUSTER_16 are
 // set at compile time (-D, one build a size: cluster.py's CLUSTERS); SOFTMAX_ITEMS may be (scripts/gpu-softmax-tune
 // tries other shapes).

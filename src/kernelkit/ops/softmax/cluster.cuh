@@ -1,6 +1,6 @@
-// What the cluster softmax kernels share (cluster.cu, stream.cu): the cluster's registers, barrier and distributed
-// shared memory in PTX, and the math of one CTA's slice of a row held in registers (its max and sum, the merge
-// of the cluster's partials, the scaled stores). Include it after defining kItems (16-byte vectors a thread holds).
+// The cluster softmax's (cluster.cu's) device helpers: the cluster's registers, barrier and distributed shared
+// memory in PTX, and the math of one CTA's slice of a row held in registers (its max and sum, the merge of the
+// cluster's partials, the scaled stores). Include it after defining kItems (16-byte vectors a thread holds).
 
 #pragma once
 
