@@ -21,8 +21,10 @@ from kernelkit.backends.cuda import CudaKernel, cuda_kernel
 # on an H200 (scripts/gpu-softmax-tune, 2026-11-27), % of a copy of the same bytes, CTAs a row 8 / 4 / 2:
 #   fp32 1024x65536 82.5 / 84.0 / 86.1    fp32 4096x32768 85.3 / 89.3 / 92.9    fp32 64x262144 65.9 (8 only)
 #   bf16 1024x65536 71.7 / 73.8 / 72.4    bf16 4096x32768 57.3 / 75.6 / 77.8    bf16 64x262144 57.8 / 47.4 / -
-# The rule takes the best of each but bf16 1024x65536 (2, 1.4 points under 4). Fewer CTAs a row cost fewer cluster
-# barriers and partials; a few rows need more CTAs to fill the GPU (64 rows: 8). FILL is not pinned by these
+# and bf16 again once a slice kept its exponentials (one exp an element, cluster.cuh's Held; same day):
+#   bf16 1024x65536 80.1 / 83.0 / 82.9    bf16 4096x32768 65.2 / 84.5 / 89.9
+# The rule takes the best of each, or within 0.1 point of it. Fewer CTAs a row cost fewer cluster barriers and
+# partials; a few rows need more CTAs to fill the GPU (64 rows: 8). FILL is not pinned by these
 # shapes: at 132 SMs any value from 2 to 15 picks the same sizes for them.
 CLUSTERS = (2, 4, 8)
 FILL = 4
