@@ -210,7 +210,8 @@ def fake_library(monkeypatch: pytest.MonkeyPatch) -> FakeCusparseLt:
 
 @pytest.mark.parametrize("rows", [1, 8, 37])
 @pytest.mark.parametrize("variant", list(PLANNED))
-def test_descriptors_give_y_in_every_variant(fake_library: FakeCusparseLt, rows: int, variant: str) -> None:
+def test_descriptors_give_y_in_every_variant(fake_library: FakeCusparseLt, rows: int, variant: str,
+                                             cpu_process: None) -> None:  # the transpose in Triton's interpreter
     x, w = sp.linear_inputs((rows, 32, 64), torch.float16, torch.device("cpu"), rows)
     expected = F.linear(x.float(), w.float()).half()
     for dense in (x, x.t().contiguous().t()):  # and a column-major x
@@ -224,6 +225,21 @@ def test_descriptors_give_y_in_every_variant(fake_library: FakeCusparseLt, rows:
         with pytest.raises(ValueError, match="compressed weight has"):
             cusparselt_plan.linear_compressed(x, w.view(torch.uint8).flatten()[:100], 32, **PLANNED[variant])
         assert fake_library.calls.count("cusparseLtMatmulSearch") == int(variant.endswith("search"))
+
+
+@pytest.mark.parametrize(("n_src", "width", "n_rows"), [
+    (70, 136, 129),  # partial tiles both ways; the padded rows of x (130..135) left out
+    (1, 8, 1), (64, 64, 64), (130, 8, 3),  # one element; one whole tile; a tall D of few rows
+])
+def test_transposed_rows_is_the_transpose(n_src: int, width: int, n_rows: int, cpu_process: None) -> None:
+    from kernelkit.ops.sparse24 import transpose
+
+    src = torch.arange(n_src * width, dtype=torch.float32).view(n_src, width).half()
+    y = transpose.transposed_rows(src, n_rows)
+    assert y.is_contiguous() and torch.equal(y, src.t()[:n_rows])
+    assert transpose.transposed_rows(src, 0).shape == (0, n_src)
+    strided = torch.zeros(n_src, 2 * width, dtype=torch.float16)[:, ::2]  # not unit-stride: torch's copy
+    assert torch.equal(transpose.transposed_rows(strided, n_rows), strided.t()[:n_rows])
 
 
 def test_compress_describes_w_as_torch_does(fake_library: FakeCusparseLt) -> None:

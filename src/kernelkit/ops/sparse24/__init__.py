@@ -256,7 +256,7 @@ def linear24_cutlass(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
 
 @linear24.impl("cusparselt_planned", backend="eager", dtypes=LINEAR_DTYPES)
 def linear24_cusparselt_planned(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-    """cuSPARSELt through ctypes, compressed w and plan cached: one cusparseLtMatmul and one transposing copy."""
+    """cuSPARSELt through ctypes, compressed w and plan cached: one cusparseLtMatmul and one tiled transpose."""
     return cusparselt_plan.linear(x, w)
 
 

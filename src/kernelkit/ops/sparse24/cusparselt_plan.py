@@ -16,9 +16,9 @@ Here, calling libcusparseLt directly (cusparselt_lib.py):
 
 Layout, as PyTorch's cuSPARSELtOps.cpp (so results match torch._cslt_sparse_mm): A = w (N, K) row-major is the
 structured operand; B = x (M, K) row-major with op TRANSPOSE; D = A B is (N, M). D is written row-major and
-transposed into y by one copy, or with ``fuse_transpose`` column-major, which is y row-major with no copy
-(through torch that picked a 2.4x slower kernel on the H100: kept as a variant to measure). With ``search`` the
-algorithm is chosen once by cusparseLtMatmulSearch (it times the candidates on the first call's data).
+transposed into y by one tiled copy (transpose.py), or with ``fuse_transpose`` column-major, which is y row-major
+with no copy (through torch that picked a 2.4x slower kernel on the H100: kept as a variant to measure). With
+``search`` the algorithm is chosen once by cusparseLtMatmulSearch (it times the candidates on the first call's data).
 
 Not handled: a bias (cusparselt.linear takes one); a workspace shared by two streams at once never happens (one
 per stream). Plans and workspaces live until PLANS evicts them (at most MAX_PLANS) or the process ends.
@@ -38,10 +38,12 @@ from typing import NamedTuple
 import torch
 import torch.nn.functional as F
 
+from kernelkit.backends.lazy import kernel_module
 from kernelkit.errors import BackendUnavailable
 from kernelkit.ops.sparse24 import cusparselt_lib as lib
 from kernelkit.ops.sparse24.cusparselt import CACHE, DENSE_ROWS, WeightCache, check_weight
 
+transpose = kernel_module("kernelkit.ops.sparse24", "transpose")  # Triton: imported on the first planned call
 KIND = "cusparselt_planned"  # the compressed weight's kind in the weight cache
 MAX_PLANS = 64  # plans kept (least recently used dropped): shapes, not calls; each holds a few KB and a workspace
 DTYPES = {torch.float16: lib.CUDA_R_16F, torch.bfloat16: lib.CUDA_R_16BF}
@@ -318,7 +320,7 @@ def _linear_compressed(x: torch.Tensor, packed: torch.Tensor, n_out: int, fuse_t
     out = plan.run(packed, dense)
     if fuse_transpose:
         return out[:n_rows] if rows != n_rows else out
-    return out.t()[:n_rows].contiguous()
+    return transpose.transposed_rows(out, n_rows)
 
 
 def linear(x: torch.Tensor, w: torch.Tensor, *, fuse_transpose: bool = False, search: bool = False) -> torch.Tensor:
