@@ -136,9 +136,11 @@ def compressed_numel(w: torch.Tensor) -> int:
 
 
 def compress(w: torch.Tensor) -> torch.Tensor:
-    """torch._cslt_compress of the pruned weight (N, K): a 1-D buffer of values and metadata, cuSPARSELt's layout."""
+    """torch._cslt_compress of the pruned weight (N, K): a 1-D buffer of values and metadata, cuSPARSELt's layout
+    (flattened: torch 2.11 on the GPU machine returns it 2-D, while compressed_numel, the custom op's fake, and
+    every reader of it count its elements only)."""
     check_weight(w)
-    return torch._cslt_compress(w.contiguous())
+    return torch._cslt_compress(w.contiguous()).reshape(-1)
 
 
 def compressed(w: torch.Tensor) -> torch.Tensor:
