@@ -375,6 +375,15 @@ def test_input_factories() -> None:
 # ---- CPU: the weight cache --------------------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("shape", [lambda n: (n,), lambda n: (n // 8, 8)])  # torch 2.11 on the GPU gives it 2-D
+def test_compress_gives_a_flat_buffer_of_the_counted_size(monkeypatch: pytest.MonkeyPatch, shape) -> None:
+    w = sp.sparsify24(sp.nonzero_normal((16, 64), torch.float16, "cpu", 3))
+    numel = cusparselt.compressed_numel(w)
+    monkeypatch.setattr(torch, "_cslt_compress", lambda t: torch.zeros(shape(numel), dtype=t.dtype))
+    packed = cusparselt.compress(w)
+    assert packed.shape == (numel,)  # what the custom op's fake says (module.py): torch.compile checks it
+
+
 def test_weight_cache_keys_on_the_tensor_and_its_version() -> None:
     cache = cusparselt.WeightCache()
     made: list[int] = []
