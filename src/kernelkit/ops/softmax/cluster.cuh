@@ -51,7 +51,7 @@ __device__ __forceinline__ float2 load_cluster_partial(const float2* local, unsi
 }
 #endif
 
-// exp(d) as one multiply and the SFU's exp2: exp2(-inf) = 0 and exp2(NaN) = NaN, as the -inf rules above need.
+// exp(d) as one multiply and the SFU's exp2: exp2(-inf) = 0 and exp2(NaN) = NaN, as cluster.cu's -inf rules need.
 __device__ __forceinline__ float exp_f(float d) { return exp2f(d * kLog2e); }
 
 // The exponentials' shift of a slice whose max is m: m, or 0 when m = -inf (exp(-inf) = 0, where -inf - -inf

@@ -1,10 +1,11 @@
 """The transpose that turns cuSPARSELt's output into y, as one Triton kernel (imported on first use).
 
 cusparselt_plan computes D = w x^T, (N, rows) row-major, and y = D^T[:M]. torch's ``D.t()[:M].contiguous()`` runs
-aten's strided elementwise copy: one of its sides is read or written 2 bytes a row apart, and at 4096x11008 fp16
-it took 299 us on an H200 (ncu; 0.6 TB/s, 88% of its warps' cycles waiting on memory) beside the 339 us 2:4
-matmul. Here a program moves a BLOCK x BLOCK tile: it reads BLOCK rows of D, consecutive columns along each row,
-and ``tl.trans`` hands the tile to the store through shared memory, so the writes run along y's rows too.
+aten's strided elementwise copy: neighbouring threads touch elements a whole row apart on one of its sides, and at
+4096x11008 fp16 it took 299 us on an H200 (ncu; 0.6 TB/s, 88% of its warps' cycles waiting on memory) beside
+the 339 us 2:4 matmul. Here a program moves a BLOCK x BLOCK tile: it reads BLOCK rows of D, consecutive columns
+along each row, and ``tl.trans`` hands the tile to the store through shared memory, so the writes run along y's
+rows too.
 """
 
 from __future__ import annotations
