@@ -21,23 +21,23 @@ MATMUL_SOURCES = Path(mm.__file__).parent  # the .cu files and row4.cuh
 CXX_FLAGS = ["-std=c++20", "-O1", "-pthread"]
 
 
-def cpu_helpers(stages: str) -> dict[str, str]:
-    """The PTX of the cp.async helpers, swapped for block_emulator.h's functions (name -> CPU body); ``stages``
-    is the kernel file's stage-count macro."""
-    return {
-        "copy4_async": "inline void copy4_async(float* dst, const float* src, bool inside) "
-                       "{ emu_copy(dst, src, inside ? 4 : 0, 4); }",
-        "copy16_async": "inline void copy16_async(float* dst, const float* src, bool inside) "
-                        "{ emu_copy(dst, src, inside ? 16 : 0, 16); }",
-        "commit_copies": "inline void commit_copies() { emu_commit(); }",
-        "wait_oldest_tile": f"inline void wait_oldest_tile() {{ emu_wait({stages} - 2); }}",
-        "shared_address": "",
-    }
+CP_ASYNC_INCLUDE = '#include "cp_async.cuh"'
+# cp_async.cuh's PTX helpers, swapped for block_emulator.h's functions (name -> CPU body; wait_copies keeps its
+# template line, which stands before the __device__ that the swap starts at).
+CPU_HELPERS = {
+    "copy4_async": "inline void copy4_async(float* dst, const float* src, bool inside) "
+                   "{ emu_copy(dst, src, inside ? 4 : 0, 4); }",
+    "copy16_async": "inline void copy16_async(float* dst, const float* src, bool inside) "
+                    "{ emu_copy(dst, src, inside ? 16 : 0, 16); }",
+    "commit_copies": "inline void commit_copies() { emu_commit(); }",
+    "wait_copies": "inline void wait_copies() { emu_wait(PENDING); }",
+    "shared_address": "",
+}
 
 
 def _swap_function(source: str, name: str, replacement: str) -> str:
     """``source`` with the __device__ function ``name`` (its definition, up to the closing brace) replaced."""
-    at = source.index(f" {name}(")  # ValueError if the kernel file renamed a helper: update cpu_helpers
+    at = source.index(f" {name}(")  # ValueError if cp_async.cuh renamed a helper: update CPU_HELPERS
     start = source.rfind("__device__", 0, at)
     depth = 0
     for end in range(source.index("{", at), len(source)):
@@ -47,9 +47,12 @@ def _swap_function(source: str, name: str, replacement: str) -> str:
     raise ValueError(f"unbalanced braces after {name}")
 
 
-def cpu_translation(source: str, stages: str) -> str:
-    """A kernel file with its inline PTX replaced by the emulator's calls."""
-    for name, body in cpu_helpers(stages).items():
+def cpu_translation(source: str) -> str:
+    """A kernel file with cp_async.cuh written in where it is included, and its inline PTX replaced by the
+    emulator's calls."""
+    assert CP_ASYNC_INCLUDE in source, "the kernel file no longer includes cp_async.cuh: update blockkit"
+    source = source.replace(CP_ASYNC_INCLUDE, (MATMUL_SOURCES / "cp_async.cuh").read_text().replace("#pragma once", ""))
+    for name, body in CPU_HELPERS.items():
         source = _swap_function(source, name, body)
     return source
 

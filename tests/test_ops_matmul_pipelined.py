@@ -37,7 +37,7 @@ KERNELS = kernel_table([k.name for rung in ladder.PIPELINED for k in rung.kernel
 # ---- CPU: the kernels on CPU threads ------------------------------------------------------------------------
 
 def translation() -> str:
-    return cpu_translation(SOURCE.read_text(), "PL_STAGES") + KERNELS
+    return cpu_translation(SOURCE.read_text()) + KERNELS
 
 
 @pytest.fixture(scope="module")
@@ -85,7 +85,8 @@ def test_scalar_kernels_take_misaligned_pointers_on_cpu_threads(driver: Path, ke
 
 def test_a_stage_read_before_its_wait_fails_on_cpu_threads(driver: Path, tmp_path: Path) -> None:
     """The harness catches a pipeline bug: waiting for one group fewer than the kernel needs reads stale tiles."""
-    wrong = translation().replace("emu_wait(PL_STAGES - 2)", "emu_wait(PL_STAGES - 1)")
+    wrong = translation().replace("wait_copies<PL_STAGES - 2>", "wait_copies<PL_STAGES - 1>")
+    assert wrong != translation()
     binary = build_driver(wrong, tmp_path)
     a, b = mm.matmul_inputs((256, 128, 36), torch.float32, CPU, 3)
     out = run_on_cpu(binary, "matmul_cp_async_kernel", a, b, deferred=True, pending_allowed=True)

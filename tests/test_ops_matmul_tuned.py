@@ -49,7 +49,7 @@ SMALL = ladder.Tiling(bm=32, bn=32, bk=8, wm=32, wn=16, stages=3, group_m=2)
 
 def translation() -> str:
     kernels = kernel_table([ALIGNED_KERNEL, SCALAR_KERNEL], "TUNED_BM", "TUNED_BN", "TUNED_THREADS")
-    return cpu_translation(SOURCE.read_text(), "TUNED_STAGES") + kernels
+    return cpu_translation(SOURCE.read_text()) + kernels
 
 
 @pytest.fixture(scope="module")
@@ -90,7 +90,8 @@ def test_scalar_kernel_takes_misaligned_pointers_on_cpu_threads(drivers: dict[st
 def test_a_stage_read_before_its_wait_fails_on_cpu_threads(tmp_path: Path) -> None:
     """The harness catches a pipeline bug: waiting for one group fewer than the kernel needs reads stale tiles."""
     skip_without_cxx20(tmp_path)
-    wrong = translation().replace("emu_wait(TUNED_STAGES - 2)", "emu_wait(TUNED_STAGES - 1)")
+    wrong = translation().replace("wait_copies<TUNED_STAGES - 2>", "wait_copies<TUNED_STAGES - 1>")
+    assert wrong != translation()
     binary = build_driver(wrong, tmp_path)
     a, b = mm.matmul_inputs((130, 136, 40), torch.float32, CPU, 3)
     out = run_on_cpu(binary, ALIGNED_KERNEL, a, b, deferred=True, pending_allowed=True)

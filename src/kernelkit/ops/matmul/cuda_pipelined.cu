@@ -158,28 +158,11 @@ extern "C" __global__ void __launch_bounds__(PL_THREADS, 2) matmul_double_buffer
 // ---- 9. cp_async: global -> shared copies that skip the registers, PL_STAGES tiles in flight ----------------------
 // cp.async (sm_80+) copies global memory straight into shared memory: no registers hold the next tile and no
 // thread waits on a global load before it can store, so PL_STAGES - 1 tiles load while one is computed. B moves in
-// 16-byte copies (cp.async.cg: L2 only, B is read once a block); A in 4-byte copies (cp.async.ca), each to its
-// transposed place. A copy's source size of 0 fills its destination with zeros: the edges' loads read nothing.
-__device__ __forceinline__ unsigned shared_address(const void* p) {
-    return static_cast<unsigned>(__cvta_generic_to_shared(p));
-}
+// 16-byte copies, A in 4-byte copies, each to its transposed place; the edges' copies read nothing (cp_async.cuh).
+#include "cp_async.cuh"  // copy4_async, copy16_async, commit_copies, wait_copies
 
-__device__ __forceinline__ void copy4_async(float* dst, const float* src, bool inside) {
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n"
-                 :: "r"(shared_address(dst)), "l"(src), "r"(inside ? 4 : 0) : "memory");
-}
-
-__device__ __forceinline__ void copy16_async(float* dst, const float* src, bool inside) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n"
-                 :: "r"(shared_address(dst)), "l"(src), "r"(inside ? 16 : 0) : "memory");
-}
-
-__device__ __forceinline__ void commit_copies() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-
-// Wait until at most PL_STAGES - 2 committed groups are still copying: the oldest pending tile has landed.
-__device__ __forceinline__ void wait_oldest_tile() {
-    asm volatile("cp.async.wait_group %0;\n" :: "n"(PL_STAGES - 2) : "memory");
-}
+// The oldest pending tile has landed: at most PL_STAGES - 2 committed groups still copying.
+__device__ __forceinline__ void wait_oldest_tile() { wait_copies<PL_STAGES - 2>(); }
 
 // One thread's share of a tile's copies: 4 floats of a row of the 128 x 8 A tile (to their transposed places) and
 // 4 of a row of the 8 x 128 B tile. Sources are set once, at k = 0; a tile at k0 adds k0 columns of A, k0 rows

@@ -77,28 +77,10 @@ static_assert(TUNED_STAGES * TUNED_BK * (TUNED_A_LD + TUNED_BN) * 4 <= 48 * 1024
 #include "row4.cuh"  // store_row4: four floats of a row, none past the edges
 
 // ---- cp.async (sm_80+): global -> shared copies that skip the registers ------------------------------------------
-// A copy's source size of 0 fills its destination with zeros: the edges' loads read nothing. A: 4-byte copies
-// (cp.async.ca), each float to its transposed place; B: 16-byte copies (cp.async.cg: L2 only).
-__device__ __forceinline__ unsigned shared_address(const void* p) {
-    return static_cast<unsigned>(__cvta_generic_to_shared(p));
-}
+#include "cp_async.cuh"  // copy4_async, copy16_async, commit_copies, wait_copies
 
-__device__ __forceinline__ void copy4_async(float* dst, const float* src, bool inside) {
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n"
-                 :: "r"(shared_address(dst)), "l"(src), "r"(inside ? 4 : 0) : "memory");
-}
-
-__device__ __forceinline__ void copy16_async(float* dst, const float* src, bool inside) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n"
-                 :: "r"(shared_address(dst)), "l"(src), "r"(inside ? 16 : 0) : "memory");
-}
-
-__device__ __forceinline__ void commit_copies() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-
-// Wait until at most STAGES - 2 committed groups are still copying: the oldest pending tile has landed.
-__device__ __forceinline__ void wait_oldest_tile() {
-    asm volatile("cp.async.wait_group %0;\n" :: "n"(TUNED_STAGES - 2) : "memory");
-}
+// The oldest pending tile has landed: at most TUNED_STAGES - 2 committed groups still copying.
+__device__ __forceinline__ void wait_oldest_tile() { wait_copies<TUNED_STAGES - 2>(); }
 
 // ---- the block's tile and a lane's place in it ----------------------------------------------------------------
 
