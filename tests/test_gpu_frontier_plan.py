@@ -169,3 +169,12 @@ def test_the_check_piece_kills_what_runs_past_its_deadline(script, tmp_path):
     found = script["check_in_processes"]({"square": 1}, "cpu", 1, lambda: next(clock, -1.0), tmp_path)
     assert found == {"square": "cut"}
     assert time.monotonic() - began < 20
+
+
+def test_a_check_of_a_few_ops_is_estimated_by_their_own_costs(script, tmp_path):
+    # --check-ops linear24 must not be refused for a limit that fits the one op (the piece's 240 s is for all ten).
+    run = script["Run"](limit=100.0, budget=0.3, out=tmp_path, aa_dtypes=[])
+    check, matmul = (next(p for p in script["PIECES"] if p.name == name) for name in ("check", "matmul"))
+    assert run.estimate(check) == check.seconds and run.estimate(matmul) == matmul.seconds
+    run.check_ops = {"linear24": 25.0}
+    assert run.estimate(check) == 25.0 + script["CHECK_STOP_S"]
