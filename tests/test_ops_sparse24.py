@@ -376,12 +376,14 @@ def test_input_factories() -> None:
 
 
 @pytest.mark.parametrize("shape", [lambda n: (n,), lambda n: (n // 8, 8)])  # torch 2.11 on the GPU gives it 2-D
-def test_compress_gives_a_flat_buffer_of_the_counted_size(monkeypatch: pytest.MonkeyPatch, shape) -> None:
-    w = sp.sparsify24(sp.nonzero_normal((16, 64), torch.float16, "cpu", 3))
-    numel = cusparselt.compressed_numel(w)
-    monkeypatch.setattr(torch, "_cslt_compress", lambda t: torch.zeros(shape(numel), dtype=t.dtype))
+def test_compress_gives_torchs_2d_layout(monkeypatch: pytest.MonkeyPatch, shape) -> None:
+    w = sp.sparsify24(sp.nonzero_normal((64, 64), torch.float16, "cpu", 3))
+    monkeypatch.setattr(torch, "_cslt_compress", lambda t: torch.zeros(shape(64 * 36), dtype=t.dtype))
     packed = cusparselt.compress(w)
-    assert packed.shape == (numel,)  # what the custom op's fake says (module.py): torch.compile checks it
+    assert packed.shape == cusparselt.compressed_shape(w) == (64, 36)  # the custom op's fake (module.py) says so
+    monkeypatch.setattr(torch, "_cslt_compress", lambda t: torch.zeros(64 * 40, dtype=t.dtype))
+    with pytest.raises(RuntimeError, match="2560 elements.*64 x 36"):
+        cusparselt.compress(w)  # a layout of another size: named, never reshaped into the wrong one
 
 
 def test_weight_cache_keys_on_the_tensor_and_its_version() -> None:
@@ -529,7 +531,7 @@ def test_kernels_at_edges_and_the_checks_on_gpu(dtype: torch.dtype) -> None:
 @pytest.mark.gpu
 def test_cusparselt_matches_dense_and_caches_the_weight() -> None:
     x, w = sp.linear_inputs((64, 128, 256), torch.float16, torch.device("cuda"), 0)
-    assert cusparselt.compress(w).numel() == cusparselt.compressed_numel(w)  # what the compile fake assumes
+    assert cusparselt.compress(w).shape == cusparselt.compressed_shape(w)  # what the compile fake assumes
     expected = F.linear(x.double(), w.double())
     misses = cusparselt.CACHE.misses
     for impl in ("cusparselt", "cusparselt_direct", "cusparselt_fused_t"):

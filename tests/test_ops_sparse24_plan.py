@@ -23,7 +23,7 @@ import torch.nn.functional as F
 import kernelkit as kk
 from kernelkit.errors import BackendUnavailable
 from kernelkit.ops import sparse24 as sp
-from kernelkit.ops.sparse24 import cusparselt, cusparselt_lib, cusparselt_plan
+from kernelkit.ops.sparse24 import cusparselt, cusparselt_lib, cusparselt_plan, layout
 from kernelkit.results import Status
 
 PLANNED = {"cusparselt_planned": {}, "cusparselt_planned_search": {"search": True},
@@ -167,11 +167,11 @@ class FakeCusparseLt:
             args[2]._obj.value = 256
         elif name == "cusparseLtSpMMACompressedSize2":
             rows, cols, _, _ = self.descriptors[args[1]]
-            args[2]._obj.value = rows * cols * 2 * 9 // 16
+            args[2]._obj.value = layout.compressed_bytes(rows, cols)  # sm_90's size
         elif name == "cusparseLtSpMMACompress2":  # "compresses" by copying w as it is (the matmul reads it so)
             rows, cols, ld, _ = self.descriptors[args[1]]
             self.compressed_with = (self.descriptors[args[1]], args[2], args[3])
-            ctypes.memmove(args[5], args[4], rows * ld * 2 * 9 // 16)
+            ctypes.memmove(args[5], args[4], min(rows * ld * 2, layout.compressed_bytes(rows, ld)))
         elif name in ("cusparseLtMatmul", "cusparseLtMatmulSearch"):
             op_a, op_b, a, b, d = self.matmuls[self.plans[args[1]]]
             mat_a, mat_b = self._read(args[3], a), self._read(args[4], b)
@@ -245,8 +245,8 @@ def test_transposed_rows_is_the_transpose(n_src: int, width: int, n_rows: int, c
 def test_compress_describes_w_as_torch_does(fake_library: FakeCusparseLt) -> None:
     w = sp.sparsify24(sp.nonzero_normal((32, 64), torch.float16, "cpu", 5))
     packed = cusparselt_plan.compress(w.t().contiguous().t())  # a column-major w is made row-major first
-    assert packed.dtype == torch.uint8 and packed.numel() == 32 * 64 * 2 * 9 // 16
-    assert torch.equal(packed, w.view(torch.uint8).flatten()[: packed.numel()])
+    assert packed.dtype == w.dtype and packed.shape == cusparselt.compressed_shape(w) == (32, 40)  # torch's tensor
+    assert torch.equal(packed.view(torch.uint8).flatten(), w.view(torch.uint8).flatten()[: 32 * 40 * 2])
     row, sparse_a, no_transpose = cusparselt_lib.CUSPARSE_ORDER_ROW, 1, cusparselt_lib.CUSPARSE_OPERATION_NON_TRANSPOSE
     assert fake_library.compressed_with == ((32, 64, 64, row), sparse_a, no_transpose)
     assert fake_library.calls[-1] == "cusparseLtMatDescriptorDestroy"
@@ -327,9 +327,10 @@ def _error_bound(x: torch.Tensor, w: torch.Tensor) -> tuple[torch.Tensor, float]
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 def test_compression_is_torchs_byte_for_byte(dtype: torch.dtype) -> None:
     _, w = sp.linear_inputs((8, 256, 512), dtype, torch.device("cuda"), 3)
-    ours = cusparselt_plan.compress(w)
-    theirs = torch._cslt_compress(w).reshape(-1).view(torch.uint8)  # torch may return it 2-D
-    assert ours.numel() <= theirs.numel() and torch.equal(ours, theirs[: ours.numel()])
+    ours, theirs = cusparselt_plan.compress(w), torch._cslt_compress(w)
+    assert ours.shape == theirs.shape == cusparselt.compressed_shape(w) and ours.dtype == theirs.dtype == dtype
+    written = cusparselt_plan.compressed_nbytes(w)  # past it: columns' padding, never written
+    assert torch.equal(ours.view(torch.uint8).flatten()[:written], theirs.view(torch.uint8).flatten()[:written])
 
 
 @pytest.mark.gpu

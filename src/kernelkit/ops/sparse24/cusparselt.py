@@ -31,6 +31,7 @@ import torch.nn.functional as F
 from torch.utils.weak import WeakIdKeyDictionary
 
 from kernelkit.errors import BackendUnavailable
+from kernelkit.ops.sparse24 import layout
 
 SPARSE_MULTIPLE = 16  # fp16/bf16: cuSPARSELt's sparse operand has both dimensions multiples of 16
 DENSE_ROWS = 8  # ... and the dense operand's rows a multiple of 8 (PyTorch pads to it, and so does linear())
@@ -129,18 +130,25 @@ def semi_structured(w: torch.Tensor, cutlass: bool = False) -> torch.Tensor:
     return CACHE.get(w, kind, lambda t: to_semi_structured(t, cutlass))
 
 
-def compressed_numel(w: torch.Tensor) -> int:
-    """Elements of torch._cslt_compress(w) for a 16-bit w: the kept half plus 1/16 of metadata (9/16 in all,
-    PyTorch's allocation, which SparseSemiStructuredTensor.values() and .indices() rely on as well)."""
-    return w.numel() * 9 // 16
+def compressed_shape(w: torch.Tensor) -> tuple[int, int]:
+    """Shape of torch._cslt_compress(w) for a 16-bit w (N, K) on sm_90: N rows, whole columns enough for the kept
+    half and the metadata (N K / 8 bytes, over N and K padded to 64): 9K/16 where both are multiples of 64.
+    PyTorch allocates so; torch's matmul reads N from the rows (layout.py has the layout)."""
+    return layout.compressed_shape(*w.shape)
 
 
 def compress(w: torch.Tensor) -> torch.Tensor:
-    """torch._cslt_compress of the pruned weight (N, K): a 1-D buffer of values and metadata, cuSPARSELt's layout
-    (flattened: torch 2.11 on the GPU machine returns it 2-D, while compressed_numel, the custom op's fake, and
-    every reader of it count its elements only)."""
+    """torch._cslt_compress of the pruned weight (N, K): values and metadata in cuSPARSELt's layout, shaped
+    compressed_shape(w) (older torch returns the same elements 1-D; torch._cslt_sparse_mm of 2.11 wants them 2-D,
+    and torch.compile checks the shape against the custom op's fake)."""
     check_weight(w)
-    return torch._cslt_compress(w.contiguous()).reshape(-1)
+    packed = torch._cslt_compress(w.contiguous())
+    shape = compressed_shape(w)
+    if packed.numel() != shape[0] * shape[1]:
+        raise RuntimeError(f"torch._cslt_compress gave {packed.numel()} elements for a {tuple(w.shape)} weight; "
+                           f"kernelkit expects {shape[0]} x {shape[1]}: this torch's cuSPARSELt layout is not "
+                           f"supported, use the dense backend (SparseLinear(..., backend='dense'))")
+    return packed.reshape(shape)
 
 
 def compressed(w: torch.Tensor) -> torch.Tensor:

@@ -124,8 +124,9 @@ def compressed_size(handle_ptr: int, desc: lib.Blob, scratch_size: ctypes.c_size
 
 
 def compress(w: torch.Tensor) -> torch.Tensor:
-    """w (N, K) fp16/bf16, pruned 2:4 along K -> its compressed form: a 1-D uint8 tensor (values and metadata in
-    cuSPARSELt's layout, about 9/16 of w's bytes), written on the current stream."""
+    """w (N, K) fp16/bf16, pruned 2:4 along K -> its compressed form (values and metadata in cuSPARSELt's layout),
+    written on the current stream, in the tensor torch._cslt_compress allocates: w's dtype, N rows, as many columns
+    as the bytes need (cusparselt.compressed_shape; torch._cslt_sparse_mm reads N from its rows)."""
     check_weight(w)
     w = _aligned(w)
     device = _index(w.device)
@@ -134,7 +135,9 @@ def compress(w: torch.Tensor) -> torch.Tensor:
     cusparselt = lib.library()
     try:
         scratch_size = ctypes.c_size_t()
-        packed = torch.empty(compressed_size(h, desc, scratch_size), dtype=torch.uint8, device=w.device)
+        size = compressed_size(h, desc, scratch_size)
+        row_bytes = w.shape[0] * w.element_size()
+        packed = w.new_empty((w.shape[0], -(-size // row_bytes)))
         scratch = torch.empty(max(scratch_size.value, 1), dtype=torch.uint8, device=w.device)
         stream = torch.cuda.current_stream(w.device).cuda_stream
         with _on_device(device):
@@ -143,6 +146,17 @@ def compress(w: torch.Tensor) -> torch.Tensor:
     finally:
         cusparselt.call("cusparseLtMatDescriptorDestroy", desc.ptr)
     return packed
+
+
+def compressed_nbytes(w: torch.Tensor) -> int:
+    """Bytes of w's compressed form that cuSPARSELt writes (compress's tensor may have a few more: whole columns)."""
+    check_weight(w)
+    h = handle(_index(w.device)).ptr
+    desc = _sparse_descriptor(h, w.shape[0], w.shape[1], w.dtype)
+    try:
+        return compressed_size(h, desc)
+    finally:
+        lib.library().call("cusparseLtMatDescriptorDestroy", desc.ptr)
 
 
 def compressed(w: torch.Tensor, cache: WeightCache = CACHE, make: Callable[[torch.Tensor], torch.Tensor] = compress

@@ -4,11 +4,12 @@
   once; each forward is one cuSPARSELt matmul writing y row-major. The weight's memory shrinks to 9/16. Forward
   only: nothing in this mode has a gradient.
 - Training (``mode="training"``): the dense weight stays the trained parameter. Each forward prunes it with the
-  transposable mask (one Triton pass writing the pruned W and W^T), compresses both, and runs y = x W^T on
+  transposable mask (one Triton pass writing the pruned W and W^T), compresses both (compress.py: one Triton
+  pass each, in cuSPARSELt's layout, on Hopper), and runs y = x W^T on
   cuSPARSELt; the backward runs dx = dy W on cuSPARSELt from W^T's compressed form, and dW = dy^T x dense. The
   gradient of the pruned weight reaches the dense weight unmasked (the straight-through estimator of 2:4
   training). Each cuSPARSELt matmul is ``sparse_matmul``: its plan made once per shape where libcusparseLt loads
-  (cusparselt_plan.py), so a step pays no per-call set-up; the compressions are torch._cslt_compress. Memory
+  (cusparselt_plan.py), so a step pays no per-call set-up. Memory
   grows by the compressed forms (about 9/8 of W while both exist; W^T's 9/16 is kept for the backward);
   scripts/gpu-sparse24 measures it rather than assuming it.
 
@@ -63,7 +64,9 @@ def define_operators() -> None:
         return prune_transposable_pair(w)
 
     def compress(w: torch.Tensor) -> torch.Tensor:
-        return cusparselt.compress(w)
+        from kernelkit.ops.sparse24 import compress as compression
+
+        return compression.compress(w)
 
     def sparse_linear(x: torch.Tensor, packed: torch.Tensor, out_features: int, bias: torch.Tensor | None
                       ) -> torch.Tensor:
@@ -73,7 +76,7 @@ def define_operators() -> None:
                                       schema="(Tensor w) -> (Tensor, Tensor)")
     defined.register_fake(lambda w: (torch.empty_like(w), w.new_empty((w.shape[1], w.shape[0]))))
     defined = torch.library.custom_op(f"{lib}::compress", compress, mutates_args=(), schema="(Tensor w) -> Tensor")
-    defined.register_fake(lambda w: w.new_empty(cusparselt.compressed_numel(w)))
+    defined.register_fake(lambda w: w.new_empty(cusparselt.compressed_shape(w)))
     defined = torch.library.custom_op(f"{lib}::sparse_linear", sparse_linear, mutates_args=(),
                                       schema="(Tensor x, Tensor packed, SymInt out_features, Tensor? bias) -> Tensor")
     defined.register_fake(lambda x, packed, out_features, bias: x.new_empty((x.shape[0], out_features)))
