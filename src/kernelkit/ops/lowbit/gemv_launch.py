@@ -121,10 +121,11 @@ def cuda_gemv(p: Problem) -> torch.Tensor:
     return y
 
 
-# gemv_mma.cu: int4 and int8 on tensor cores. A block of 8 warps owns 16 rows; each lane reads 16-byte chunks, a
-# quad 4 chunks of a row (a K block: 128 int4 or 64 int8 codes); x rows are the MMA's N, 8 a fragment.
+# gemv_mma.cu: int4 and int8 on tensor cores. A block of 8 warps owns R tiles of 16 rows; each lane reads 16-byte
+# chunks, a quad 4 chunks of a row (a K block: 128 int4 or 64 int8 codes); x rows are the MMA's N, 8 a fragment.
 MMA_M_TILES = (8, 16)
-MMA_ROWS_PER_BLOCK = 16
+MMA_TILE_ROWS = 16
+MMA_ROW_TILES = {8: 1, 16: 4}  # R per M tile: gemv_mma.cu's GEMV_MMA_TILES_M8 and _M16 defaults
 MMA_THREADS = 256
 
 
@@ -151,18 +152,21 @@ def mma_unsupported(p: Problem) -> str | None:
     return _unsupported(p, "cuda_gemv_mma", 4 * codes_per_chunk(p.bits), "x's rows are the MMA's N")
 
 
-def cuda_gemv_mma(p: Problem, kernel: CudaKernel | None = None, threads: int = MMA_THREADS) -> torch.Tensor:
+def cuda_gemv_mma(p: Problem, kernel: CudaKernel | None = None, threads: int = MMA_THREADS,
+                  tiles: int | None = None) -> torch.Tensor:
     """y (M, N) in x's dtype: one launch of gemv_mma.cu's kernel for (bits, dtype, M tile); BackendUnavailable
-    where ``mma_unsupported`` gives a reason. ``kernel``/``threads``: a build of it with other -D launch-shape
-    options and its block size (scripts/gpu-gemv-tune)."""
+    where ``mma_unsupported`` gives a reason. ``kernel``/``threads``/``tiles``: a build of it with other -D
+    launch-shape options, its block size and its row tiles a block (scripts/gpu-gemv-tune)."""
     reason = mma_unsupported(p)
     if reason is not None:
         raise BackendUnavailable(reason)
     s = p.shape
     x, packed, zeros, y = _operands(p)
     shift = PER_CHANNEL_SHIFT if p.group_size is None else p.group_size.bit_length() - 1
-    kernel = kernel or MMA_KERNELS[p.bits, x.dtype, next(t for t in MMA_M_TILES if t >= s.m)]
-    kernel.launch(cdiv(s.n, MMA_ROWS_PER_BLOCK), threads, x, packed, p.scales, zeros, y, s.m, s.n,
+    tile = next(t for t in MMA_M_TILES if t >= s.m)
+    kernel = kernel or MMA_KERNELS[p.bits, x.dtype, tile]
+    rows = MMA_TILE_ROWS * (tiles or MMA_ROW_TILES[tile])
+    kernel.launch(cdiv(s.n, rows), threads, x, packed, p.scales, zeros, y, s.m, s.n,
                   s.k // codes_per_chunk(p.bits), s.groups, shift, int(p.zeros is not None))
     return y
 

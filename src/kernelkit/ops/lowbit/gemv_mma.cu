@@ -11,15 +11,15 @@
 // issued instructions a code for int4 in the sm_90 SASS. An 8-bit code does not fit a bf16's 7 mantissa bits: int8
 // makes q - z in fp16 and converts it to bf16 (exact: |q - z| < 256) before the multiply.
 //
-// Layout: a block of kWarps warps owns 16 rows of W (the MMA's M); each warp takes kUnroll consecutive K blocks at
-// a time (its slice of K), and each lane of a quad (lane % 4 = j) loads one 16-byte chunk (4 words: 32 int4 or 16
-// int8 codes) of each of its rows g = lane / 4 and g + 8: a quad reads 64 contiguous bytes of a row a block, all
-// of a warp's kUnroll x 2 loads in flight before its first MMA. The MMA's k order is a permutation of K (a dot
+// Layout: a block of kWarps warps owns R tiles of 16 rows of W (the MMA's M); each warp takes consecutive K blocks
+// at a time (its slice of K) for all R tiles, and each lane of a quad (lane % 4 = j) loads one 16-byte chunk (4
+// words: 32 int4 or 16 int8 codes) of each of its rows g = lane / 4 and g + 8 of each tile: a quad reads 64
+// contiguous bytes of a row a block, all of a warp's kUnroll x 2 loads in flight before its first MMA. The MMA's k order is a permutation of K (a dot
 // product does not care): a word gives P pairs (int4: codes t and t + 4, t < 4; int8: t and t + 2, t < 2), and
 // each MMA step takes two pairs of a word (the MMA's k 2j, 2j + 1 and 2j + 8, 2j + 9) for rows g and g + 8; the x
 // fragment is gathered in the same order by byte permutes of the word's activations (one 16-byte load for int4,
-// 8 bytes for int8). x's rows are the MMA's N: 8 a fragment, so M <= 8 is one MMA a step and M <= 16 two. The
-// warps' sums meet in shared memory.
+// 8 bytes for int8) and used by all R tiles. x's rows are the MMA's N: 8 a fragment, so M <= 8 is one MMA a step
+// and M <= 16 two. The warps' sums meet in shared memory.
 //
 // Each extern "C" kernel is one (bits, dtype, M tile), compiled alone (-DLOWBIT_GEMV_MMA_<name>, or
 // LOWBIT_GEMV_MMA_ALL). The arithmetic of a lane (code pairs, dequantization, x pairs, step fragments) is
@@ -43,11 +43,25 @@ namespace gemv_mma {
 #ifndef GEMV_MMA_UNROLL
 #define GEMV_MMA_UNROLL 4
 #endif
+// Row tiles (16 rows of W each) a block owns, per M tile: every x fragment a warp loads feeds this many tiles' MMAs.
+// At M = 16, x (16 x K) is as many bytes per block as its 16 rows of int4 W, read again by every block (from L2):
+// four tiles a block read it a quarter as often.
+#ifndef GEMV_MMA_TILES_M8
+#define GEMV_MMA_TILES_M8 1
+#endif
+#ifndef GEMV_MMA_TILES_M16
+#define GEMV_MMA_TILES_M16 4
+#endif
 
 constexpr int kWarp = 32;
-constexpr int kWarps = GEMV_MMA_WARPS;    // warps a block: 256 threads over the same 16 rows, each a slice of K
-constexpr int kUnroll = GEMV_MMA_UNROLL;  // K blocks a warp loads before its first MMA: 2 rows x 4 x 16 bytes a lane
-constexpr int kRowsPerBlock = 16;
+constexpr int kWarps = GEMV_MMA_WARPS;    // warps a block: 256 threads over the same rows, each a slice of K
+constexpr int kUnroll = GEMV_MMA_UNROLL;  // loads a lane keeps in flight before its first MMA, in (K block, tile)
+constexpr int kTileRows = 16;             // the MMA's M
+
+template <int M_TILE>
+struct RowTiles {
+    static constexpr int value = M_TILE <= 8 ? GEMV_MMA_TILES_M8 : GEMV_MMA_TILES_M16;
+};
 
 #define GEMV_MMA_HD __host__ __device__ __forceinline__
 
@@ -244,105 +258,129 @@ __device__ __forceinline__ void store(T* p, float v) {
     *reinterpret_cast<unsigned short*>(p) = Half<T>::bits(v);
 }
 
-// Block b owns rows 16 b .. 16 b + 15; warp w the K blocks w kUnroll + i kWarps kUnroll + u. x (M, K), w (N,
-// chunks) 16-byte chunks, s and z (N, groups); group of code k: k >> group_shift (30 per channel).
+// Block b owns rows 16 R b .. 16 R b + 16 R - 1 (R = RowTiles<M_TILE>::value: tile t is rows 16 t.. of those); warp
+// w the K blocks w U + i kWarps U + u, U = kUnroll / R (at least 1), each for all R tiles. x (M, K), w (N, chunks)
+// 16-byte chunks, s and z (N, groups); group of code k: k >> group_shift (30 per channel).
 template <typename T, int BITS, int M_TILE>
 __device__ __forceinline__ void gemv_mma_rows(const T* __restrict__ x_ptr, const int4* __restrict__ w_ptr,
                                               const T* __restrict__ s_ptr, const unsigned char* __restrict__ z_ptr,
                                               T* __restrict__ y_ptr, int m_rows, int n, int chunks, int groups,
                                               int group_shift, int has_zeros) {
     using C = Codes<T, BITS>;
-    constexpr int NB = M_TILE / 8;  // MMAs a step: 8 rows of x each
+    constexpr int NB = M_TILE / 8;  // MMAs a step and tile: 8 rows of x each
     constexpr int P = C::kPairs;
-    __shared__ float partial[kWarps][kRowsPerBlock][M_TILE];
+    constexpr int R = RowTiles<M_TILE>::value;
+    constexpr int U = kUnroll / R > 0 ? kUnroll / R : 1;  // K blocks a warp loads at once
+    __shared__ float partial[kWarps][kTileRows * R][M_TILE];
     const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
     const int g = lane / 4, j = lane % 4;
-    const int row0 = blockIdx.x * kRowsPerBlock;
-    const long long rows[2] = {min(row0 + g, n - 1), min(row0 + g + 8, n - 1)};  // rows past N read N - 1
+    const int row0 = blockIdx.x * kTileRows * R;
+    long long rows[R][2];
+#pragma unroll
+    for (int t = 0; t < R; ++t) {  // rows past N read N - 1
+        rows[t][0] = min(row0 + 16 * t + g, n - 1);
+        rows[t][1] = min(row0 + 16 * t + g + 8, n - 1);
+    }
     const long long k = (long long)chunks * C::kChunkCodes;
     const int blocks = chunks / 4;
     long long x_row[NB];
 #pragma unroll
     for (int nb = 0; nb < NB; ++nb) x_row[nb] = min(nb * 8 + g, m_rows - 1) * k;  // rows past M read M - 1
-    float acc[NB][4] = {};
+    float acc[R][NB][4] = {};
     prefetch_l2_once(x_ptr, (long long)m_rows * k * sizeof(T));  // x's reads below then hit L2 (x_prefetch.cuh)
 
-    for (int kb0 = warp * kUnroll; kb0 < blocks; kb0 += kWarps * kUnroll) {
-        uint4 words[kUnroll][2];
-        unsigned short scale_bits[kUnroll][2];
-        unsigned char zero[kUnroll][2];
+    for (int kb0 = warp * U; kb0 < blocks; kb0 += kWarps * U) {
+        uint4 words[U][R][2];
+        unsigned short scale_bits[U][R][2];
+        unsigned char zero[U][R][2];
         // Unconditional loads, all issued before the first MMA: a block past K reads the last one again (its
         // step is skipped below); a load under a condition was issued only after the previous block's MMAs.
 #pragma unroll
-        for (int u = 0; u < kUnroll; ++u) {
+        for (int u = 0; u < U; ++u) {
             const int chunk = min(kb0 + u, blocks - 1) * 4 + j;
 #pragma unroll
-            for (int r = 0; r < 2; ++r) {
-                const long long at = rows[r] * groups + (((long long)chunk * C::kChunkCodes) >> group_shift);
-                words[u][r] = load_weights(w_ptr + rows[r] * chunks + chunk);
-                scale_bits[u][r] = reinterpret_cast<const unsigned short*>(s_ptr)[at];
-                zero[u][r] = has_zeros ? z_ptr[at] : (unsigned char)(1 << (BITS - 1));
+            for (int t = 0; t < R; ++t) {
+#pragma unroll
+                for (int r = 0; r < 2; ++r) {
+                    const long long at = rows[t][r] * groups + (((long long)chunk * C::kChunkCodes) >> group_shift);
+                    words[u][t][r] = load_weights(w_ptr + rows[t][r] * chunks + chunk);
+                    scale_bits[u][t][r] = reinterpret_cast<const unsigned short*>(s_ptr)[at];
+                    zero[u][t][r] = has_zeros ? z_ptr[at] : (unsigned char)(1 << (BITS - 1));
+                }
             }
         }
-        // One K block's dequantization and MMAs. A whole iteration runs its kUnroll steps without a branch between
+        // One K block's dequantization and MMAs. A whole iteration runs its U steps without a branch between
         // them, so the compiler may issue the later steps' x loads early; only the last, partial one checks.
         auto step = [&](int u) {
             const long long k0 = (long long)(kb0 + u) * C::kBlockCodes + C::kChunkCodes * j;  // lane's first code
-            unsigned offset2[2], scale2[2];
+            unsigned offset2[R][2], scale2[R][2];
 #pragma unroll
-            for (int r = 0; r < 2; ++r) {
-                offset2[r] = offset_pair<T, BITS>(zero[u][r]);
-                scale2[r] = scale_pair(scale_bits[u][r]);
+            for (int t = 0; t < R; ++t) {
+#pragma unroll
+                for (int r = 0; r < 2; ++r) {
+                    offset2[t][r] = offset_pair<T, BITS>(zero[u][t][r]);
+                    scale2[t][r] = scale_pair(scale_bits[u][t][r]);
+                }
             }
 #pragma unroll
             for (int wd = 0; wd < 4; ++wd) {
-                const unsigned word_g = wd == 0 ? words[u][0].x : wd == 1 ? words[u][0].y : wd == 2 ? words[u][0].z
-                                                                                                      : words[u][0].w;
-                const unsigned word_g8 = wd == 0 ? words[u][1].x : wd == 1 ? words[u][1].y : wd == 2 ? words[u][1].z
-                                                                                                       : words[u][1].w;
-                unsigned wg[P], wg8[P];
-                weight_pairs<T, BITS>(word_g, offset2[0], scale2[0], wg);
-                weight_pairs<T, BITS>(word_g8, offset2[1], scale2[1], wg8);
+                unsigned xp[NB][P];  // the word's x pairs, loaded once for all R tiles
 #pragma unroll
                 for (int nb = 0; nb < NB; ++nb) {
-                    unsigned xp[P];
                     const T* at = x_ptr + x_row[nb] + k0 + (32 / BITS) * wd;  // the word's first activation
                     if constexpr (BITS == 4) {
-                        x_pairs(__ldg(reinterpret_cast<const uint4*>(at)), xp);
+                        x_pairs(__ldg(reinterpret_cast<const uint4*>(at)), xp[nb]);
                     } else {
-                        x_pairs(__ldg(reinterpret_cast<const uint2*>(at)), xp);
+                        x_pairs(__ldg(reinterpret_cast<const uint2*>(at)), xp[nb]);
                     }
+                }
 #pragma unroll
-                    for (int st = 0; st < P / 2; ++st) {
-                        unsigned a[4], b[2];
-                        step_fragments<P>(st, wg, wg8, xp, a, b);
-                        mma<T>(acc[nb], a, b);
+                for (int t = 0; t < R; ++t) {
+                    const uint4& wg4 = words[u][t][0];
+                    const uint4& wg84 = words[u][t][1];
+                    const unsigned word_g = wd == 0 ? wg4.x : wd == 1 ? wg4.y : wd == 2 ? wg4.z : wg4.w;
+                    const unsigned word_g8 = wd == 0 ? wg84.x : wd == 1 ? wg84.y : wd == 2 ? wg84.z : wg84.w;
+                    unsigned wg[P], wg8[P];
+                    weight_pairs<T, BITS>(word_g, offset2[t][0], scale2[t][0], wg);
+                    weight_pairs<T, BITS>(word_g8, offset2[t][1], scale2[t][1], wg8);
+#pragma unroll
+                    for (int nb = 0; nb < NB; ++nb) {
+#pragma unroll
+                        for (int st = 0; st < P / 2; ++st) {
+                            unsigned a[4], b[2];
+                            step_fragments<P>(st, wg, wg8, xp[nb], a, b);
+                            mma<T>(acc[t][nb], a, b);
+                        }
                     }
                 }
             }
         };
-        if (kb0 + kUnroll <= blocks) {
+        if (kb0 + U <= blocks) {
 #pragma unroll
-            for (int u = 0; u < kUnroll; ++u) step(u);
+            for (int u = 0; u < U; ++u) step(u);
         } else {
 #pragma unroll
-            for (int u = 0; u < kUnroll; ++u) {
+            for (int u = 0; u < U; ++u) {
                 if (kb0 + u >= blocks) break;
                 step(u);
             }
         }
     }
-    // acc[nb]: (row g, x rows nb 8 + 2j, + 1), (row g + 8, the same): the warps' sums meet in shared memory.
+    // acc[t][nb]: (row 16 t + g, x rows nb 8 + 2j, + 1), (row 16 t + g + 8, the same): the warps' sums meet in
+    // shared memory.
 #pragma unroll
-    for (int nb = 0; nb < NB; ++nb) {
-        partial[warp][g][nb * 8 + 2 * j] = acc[nb][0];
-        partial[warp][g][nb * 8 + 2 * j + 1] = acc[nb][1];
-        partial[warp][g + 8][nb * 8 + 2 * j] = acc[nb][2];
-        partial[warp][g + 8][nb * 8 + 2 * j + 1] = acc[nb][3];
+    for (int t = 0; t < R; ++t) {
+#pragma unroll
+        for (int nb = 0; nb < NB; ++nb) {
+            partial[warp][16 * t + g][nb * 8 + 2 * j] = acc[t][nb][0];
+            partial[warp][16 * t + g][nb * 8 + 2 * j + 1] = acc[t][nb][1];
+            partial[warp][16 * t + g + 8][nb * 8 + 2 * j] = acc[t][nb][2];
+            partial[warp][16 * t + g + 8][nb * 8 + 2 * j + 1] = acc[t][nb][3];
+        }
     }
     __syncthreads();
-    for (int idx = threadIdx.x; idx < kRowsPerBlock * M_TILE; idx += blockDim.x) {
-        const int r = idx % kRowsPerBlock, m = idx / kRowsPerBlock;  // consecutive threads: consecutive rows of y
+    for (int idx = threadIdx.x; idx < kTileRows * R * M_TILE; idx += blockDim.x) {
+        const int r = idx % (kTileRows * R), m = idx / (kTileRows * R);  // consecutive threads: consecutive rows
         float sum = 0.0f;
 #pragma unroll
         for (int w = 0; w < kWarps; ++w) sum += partial[w][r][m];
@@ -356,9 +394,9 @@ __device__ __forceinline__ void gemv_mma_rows(const T* __restrict__ x_ptr, const
     gemv_mma::gemv_mma_rows<T, BITS, M_TILE>(x_ptr, w_ptr, s_ptr, z_ptr, y_ptr, m_rows, n, chunks, groups,       \
                                              group_shift, has_zeros)
 
-// Every kernel: grid ceil(N / 16) blocks of 256 threads. x (M, K) with M <= M_TILE, K = chunks x 32 (int4) or 16
-// (int8) codes, whole K blocks of 4 chunks; w (N, chunks) 16-byte chunks; s (N, groups) in x's dtype; z (N,
-// groups) uint8 (read when has_zeros); y (M, N).
+// Every kernel: grid ceil(N / (16 R)) blocks of 256 threads, R = RowTiles<M tile>::value. x (M, K) with M <= M_TILE,
+// K = chunks x 32 (int4) or 16 (int8) codes, whole K blocks of 4 chunks; w (N, chunks) 16-byte chunks; s (N,
+// groups) in x's dtype; z (N, groups) uint8 (read when has_zeros); y (M, N).
 // Spelled out, not made by a macro: the launcher reads each kernel's parameters from this text
 // (backends/cuda/signature.py).
 
