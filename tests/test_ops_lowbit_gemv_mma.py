@@ -71,17 +71,18 @@ def test_it_launches_what_its_kernel_signature_takes(monkeypatch) -> None:
     lowbit.linear_w4.impls[NAME].fn(*_inputs(128, False, (3, 1000, 256), torch.bfloat16))
     lowbit.linear_w4.impls[NAME].fn(*_inputs(None, True, (9, 40, 128), torch.float16))
     lowbit.linear_w8.impls[NAME].fn(*_inputs(None, True, (1, 17, 192), torch.bfloat16, bits=8))
-    # (kernel, blocks of 16 rows (64 at M tile 16), threads, (M, N, 16-byte chunks a row, groups, log2 group or
+    # (kernel, blocks of 16 rows (32 for int4 at M tile 16), threads, (M, N, 16-byte chunks a row, groups, log2 group or
     # 30, has zeros))
     assert launched == [("lowbit_gemv_mma_w4_bf16_m8_kernel", 63, 256, [3, 1000, 8, 2, 7, 1]),
-                        ("lowbit_gemv_mma_w4_f16_m16_kernel", 1, 256, [9, 40, 4, 1, 30, 0]),
+                        ("lowbit_gemv_mma_w4_f16_m16_kernel", 2, 256, [9, 40, 4, 1, 30, 0]),
                         ("lowbit_gemv_mma_w8_bf16_m8_kernel", 2, 256, [1, 17, 12, 1, 30, 0])]
 
 
 def test_the_launcher_counts_the_row_tiles_the_kernels_are_built_with() -> None:
     source = (Path(gemv_launch.__file__).parent / "gemv_mma.cu").read_text()
-    for m_tile, tiles in gemv_launch.MMA_ROW_TILES.items():
-        assert f"#define GEMV_MMA_TILES_M{m_tile} {tiles}\n" in source
+    assert f"#define GEMV_MMA_W4_M16_TILES {gemv_launch.MMA_W4_M16_TILES}\n" in source
+    assert "kTiles = kW4M16 ? GEMV_MMA_W4_M16_TILES : 1;" in source
+    assert [gemv_launch.row_tiles(b, m) for b in (4, 8) for m in (8, 16)] == [1, gemv_launch.MMA_W4_M16_TILES, 1, 1]
 
 
 def test_its_kernels_compile_for_sm_90_each_alone(can_compile: bool) -> None:

@@ -125,8 +125,13 @@ def cuda_gemv(p: Problem) -> torch.Tensor:
 # chunks, a quad 4 chunks of a row (a K block: 128 int4 or 64 int8 codes); x rows are the MMA's N, 8 a fragment.
 MMA_M_TILES = (8, 16)
 MMA_TILE_ROWS = 16
-MMA_ROW_TILES = {8: 1, 16: 4}  # R per M tile: gemv_mma.cu's GEMV_MMA_TILES_M8 and _M16 defaults
+MMA_W4_M16_TILES = 2  # R of int4 at M tile 16 (gemv_mma.cu's GEMV_MMA_W4_M16_TILES); 1 elsewhere
 MMA_THREADS = 256
+
+
+def row_tiles(bits: int, m_tile: int) -> int:
+    """Row tiles of 16 a block of gemv_mma.cu's kernel for (bits, M tile) owns, as it is built by default."""
+    return MMA_W4_M16_TILES if bits == 4 and m_tile > 8 else 1
 
 
 def mma_kernel_name(bits: int, dtype: torch.dtype, m_tile: int) -> str:
@@ -165,7 +170,7 @@ def cuda_gemv_mma(p: Problem, kernel: CudaKernel | None = None, threads: int = M
     shift = PER_CHANNEL_SHIFT if p.group_size is None else p.group_size.bit_length() - 1
     tile = next(t for t in MMA_M_TILES if t >= s.m)
     kernel = kernel or MMA_KERNELS[p.bits, x.dtype, tile]
-    rows = MMA_TILE_ROWS * (tiles or MMA_ROW_TILES[tile])
+    rows = MMA_TILE_ROWS * (tiles or row_tiles(p.bits, tile))
     kernel.launch(cdiv(s.n, rows), threads, x, packed, p.scales, zeros, y, s.m, s.n,
                   s.k // codes_per_chunk(p.bits), s.groups, shift, int(p.zeros is not None))
     return y

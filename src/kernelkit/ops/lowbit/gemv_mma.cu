@@ -14,8 +14,8 @@
 // Layout: a block of kWarps warps owns R tiles of 16 rows of W (the MMA's M); each warp takes consecutive K blocks
 // at a time (its slice of K) for all R tiles, and each lane of a quad (lane % 4 = j) loads one 16-byte chunk (4
 // words: 32 int4 or 16 int8 codes) of each of its rows g = lane / 4 and g + 8 of each tile: a quad reads 64
-// contiguous bytes of a row a block, all of a warp's kUnroll x 2 loads in flight before its first MMA. The MMA's k order is a permutation of K (a dot
-// product does not care): a word gives P pairs (int4: codes t and t + 4, t < 4; int8: t and t + 2, t < 2), and
+// contiguous bytes of a row a block, all of a warp's loads of a K block in flight before its first MMA. The MMA's
+// k order is a permutation of K (a dot product does not care): a word gives P pairs (int4: codes t and t + 4, t < 4; int8: t and t + 2, t < 2), and
 // each MMA step takes two pairs of a word (the MMA's k 2j, 2j + 1 and 2j + 8, 2j + 9) for rows g and g + 8; the x
 // fragment is gathered in the same order by byte permutes of the word's activations (one 16-byte load for int4,
 // 8 bytes for int8) and used by all R tiles. x's rows are the MMA's N: 8 a fragment, so M <= 8 is one MMA a step
@@ -40,27 +40,34 @@ namespace gemv_mma {
 #ifndef GEMV_MMA_WARPS
 #define GEMV_MMA_WARPS 8
 #endif
-#ifndef GEMV_MMA_UNROLL
-#define GEMV_MMA_UNROLL 4
-#endif
-// Row tiles (16 rows of W each) a block owns, per M tile: every x fragment a warp loads feeds this many tiles' MMAs.
-// At M = 16, x (16 x K) is as many bytes per block as its 16 rows of int4 W, read again by every block (from L2):
-// four tiles a block read it a quarter as often.
-#ifndef GEMV_MMA_TILES_M8
-#define GEMV_MMA_TILES_M8 1
-#endif
-#ifndef GEMV_MMA_TILES_M16
-#define GEMV_MMA_TILES_M16 4
-#endif
+// Row tiles (16 rows of W each) a block owns, and the loads a lane keeps in flight before its first MMA (in K
+// blocks x tiles), per kernel: every x fragment a warp loads feeds all of a block's tiles. At M = 16, x (16 x K)
+// is as many bytes per block as 16 rows of int4 W, and every block reads it again (from L2): two tiles a block
+// read it half as often. H200, 2026-11-27, int4 M = 16 (scripts/gpu-gemv-tune, cold, kk us, the three target
+// weights): 1 tile and 4 loads 12.2 / 35.9 / 33.3; 2 tiles and 2 loads 11.7 / 26.0 / 26.3; 2 and 4, 11.4 / 31.2 /
+// 24.6; 4 and 4, 15.8 / 29.5 / 36.8. int8 at M = 16 keeps 1 tile (2 tiles: 0.9-1.2x its time at the three
+// weights); M <= 8 keeps 1 (x is small).
+// GEMV_MMA_TILES and GEMV_MMA_UNROLL, where given, set both for the kernel being built (gpu-gemv-tune's variants).
+#define GEMV_MMA_W4_M16_TILES 2
+#define GEMV_MMA_W4_M16_UNROLL 2
 
 constexpr int kWarp = 32;
-constexpr int kWarps = GEMV_MMA_WARPS;    // warps a block: 256 threads over the same rows, each a slice of K
-constexpr int kUnroll = GEMV_MMA_UNROLL;  // loads a lane keeps in flight before its first MMA, in (K block, tile)
-constexpr int kTileRows = 16;             // the MMA's M
+constexpr int kWarps = GEMV_MMA_WARPS;  // warps a block: 256 threads over the same rows, each a slice of K
+constexpr int kTileRows = 16;           // the MMA's M
 
-template <int M_TILE>
-struct RowTiles {
-    static constexpr int value = M_TILE <= 8 ? GEMV_MMA_TILES_M8 : GEMV_MMA_TILES_M16;
+template <int BITS, int M_TILE>
+struct LaunchShape {
+    static constexpr bool kW4M16 = BITS == 4 && M_TILE > 8;
+#ifdef GEMV_MMA_TILES
+    static constexpr int kTiles = GEMV_MMA_TILES;
+#else
+    static constexpr int kTiles = kW4M16 ? GEMV_MMA_W4_M16_TILES : 1;
+#endif
+#ifdef GEMV_MMA_UNROLL
+    static constexpr int kUnroll = GEMV_MMA_UNROLL;
+#else
+    static constexpr int kUnroll = kW4M16 ? GEMV_MMA_W4_M16_UNROLL : 4;
+#endif
 };
 
 #define GEMV_MMA_HD __host__ __device__ __forceinline__
@@ -258,8 +265,9 @@ __device__ __forceinline__ void store(T* p, float v) {
     *reinterpret_cast<unsigned short*>(p) = Half<T>::bits(v);
 }
 
-// Block b owns rows 16 R b .. 16 R b + 16 R - 1 (R = RowTiles<M_TILE>::value: tile t is rows 16 t.. of those); warp
-// w the K blocks w U + i kWarps U + u, U = kUnroll / R (at least 1), each for all R tiles. x (M, K), w (N, chunks)
+// Block b owns rows 16 R b .. 16 R b + 16 R - 1 (R = LaunchShape's kTiles: tile t is rows 16 t.. of those); warp
+// w the K blocks w U + i kWarps U + u, U = kUnroll / R (at least 1: the K blocks a warp loads at once), each
+// for all R tiles. x (M, K), w (N, chunks)
 // 16-byte chunks, s and z (N, groups); group of code k: k >> group_shift (30 per channel).
 template <typename T, int BITS, int M_TILE>
 __device__ __forceinline__ void gemv_mma_rows(const T* __restrict__ x_ptr, const int4* __restrict__ w_ptr,
@@ -269,8 +277,8 @@ __device__ __forceinline__ void gemv_mma_rows(const T* __restrict__ x_ptr, const
     using C = Codes<T, BITS>;
     constexpr int NB = M_TILE / 8;  // MMAs a step and tile: 8 rows of x each
     constexpr int P = C::kPairs;
-    constexpr int R = RowTiles<M_TILE>::value;
-    constexpr int U = kUnroll / R > 0 ? kUnroll / R : 1;  // K blocks a warp loads at once
+    constexpr int R = LaunchShape<BITS, M_TILE>::kTiles;
+    constexpr int U = LaunchShape<BITS, M_TILE>::kUnroll / R > 0 ? LaunchShape<BITS, M_TILE>::kUnroll / R : 1;
     __shared__ float partial[kWarps][kTileRows * R][M_TILE];
     const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
     const int g = lane / 4, j = lane % 4;
@@ -394,7 +402,7 @@ __device__ __forceinline__ void gemv_mma_rows(const T* __restrict__ x_ptr, const
     gemv_mma::gemv_mma_rows<T, BITS, M_TILE>(x_ptr, w_ptr, s_ptr, z_ptr, y_ptr, m_rows, n, chunks, groups,       \
                                              group_shift, has_zeros)
 
-// Every kernel: grid ceil(N / (16 R)) blocks of 256 threads, R = RowTiles<M tile>::value. x (M, K) with M <= M_TILE,
+// Every kernel: grid ceil(N / (16 R)) blocks of 256 threads, R = LaunchShape's kTiles. x (M, K) with M <= M_TILE,
 // K = chunks x 32 (int4) or 16 (int8) codes, whole K blocks of 4 chunks; w (N, chunks) 16-byte chunks; s (N,
 // groups) in x's dtype; z (N, groups) uint8 (read when has_zeros); y (M, N).
 // Spelled out, not made by a macro: the launcher reads each kernel's parameters from this text
