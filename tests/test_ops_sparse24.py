@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -458,6 +459,29 @@ def test_sparse_linear_traces_with_fullgraph() -> None:
     y.sum().backward()
     torch.testing.assert_close(y, layer(x))
     assert layer.weight.grad is not None and x.grad is not None
+
+
+def test_sparse_linear_calls_the_operators_only_while_compiling(monkeypatch: pytest.MonkeyPatch) -> None:
+    from kernelkit.ops.sparse24 import module
+
+    eager: list[str] = []
+    traced: list[str] = []
+    pair = module.prune_transposable_pair
+    monkeypatch.setattr(module.EAGER, "prune_transposable", lambda w: eager.append("eager") or pair(w))
+    torch._dynamo.reset()
+    layer = SparseLinear(32, 16, mode="training")
+    x = torch.randn(4, 32)
+    layer(x)
+    assert eager == ["eager"]  # torch.library's dispatch skipped in eager mode
+
+    def backend(gm: torch.fx.GraphModule, example_inputs: list) -> Any:
+        for module_ in gm.modules():  # the autograd.Function's forward is a subgraph
+            if isinstance(module_, torch.fx.GraphModule):
+                traced.extend(str(node.target) for node in module_.graph.nodes if node.op == "call_function")
+        return gm.forward
+
+    torch.compile(layer, backend=backend, fullgraph=True)(x)
+    assert eager == ["eager"] and any("kernelkit_sparse24.prune_transposable" in t for t in traced)
 
 
 def test_sparse_linear_rejects_bad_arguments() -> None:

@@ -25,12 +25,14 @@ training step, in cuSPARSELt's layout; as a function it is tested on the GPU aga
 from __future__ import annotations
 
 import functools
+from types import SimpleNamespace
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from kernelkit.ops.sparse24 import compress as compression
 from kernelkit.ops.sparse24 import cusparselt
 
 MODES = ("inference", "training")
@@ -64,8 +66,6 @@ def define_operators() -> None:
         return prune_transposable_pair(w)
 
     def compress(w: torch.Tensor) -> torch.Tensor:
-        from kernelkit.ops.sparse24 import compress as compression
-
         return compression.compress(w)
 
     def sparse_linear(x: torch.Tensor, packed: torch.Tensor, out_features: int, bias: torch.Tensor | None
@@ -100,13 +100,25 @@ def operators() -> Any:
     return torch.ops.kernelkit_sparse24
 
 
+# The operators' own functions, called directly in eager mode: torch.library's dispatch costs host time at every
+# call (scripts/gpu-sparse24 measures it), and a training step's first kernels are short, so in a cold step the GPU
+# waited on it. torch.compile traces the operators instead (``calls``).
+EAGER = SimpleNamespace(prune_transposable=prune_transposable_pair, compress=compression.compress,
+                        sparse_linear=sparse_matmul)
+
+
+def calls() -> Any:
+    """What SparseLinear calls: the operators while torch.compile traces, their functions otherwise."""
+    return operators() if torch.compiler.is_compiling() else EAGER
+
+
 class _TrainingLinear(torch.autograd.Function):
     """y = x W~^T with W~ the transposable 2:4 pruning of W, recomputed each call; x is 2-D (M, K)."""
 
     @staticmethod
     def forward(ctx: Any, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
                 use_cusparselt: bool) -> torch.Tensor:
-        ops = operators()
+        ops = calls()
         pruned, pruned_t = ops.prune_transposable(weight)
         if use_cusparselt:
             y = ops.sparse_linear(x, ops.compress(pruned), weight.shape[0], bias)
@@ -125,7 +137,7 @@ class _TrainingLinear(torch.autograd.Function):
         dx = dw = db = None
         if ctx.needs_input_grad[0]:
             # dx = dy W~: on cuSPARSELt as (W~^T dy^T)^T, which sparse_linear writes row-major.
-            dx = (operators().sparse_linear(dy, saved, ctx.in_features, None) if ctx.use_cusparselt
+            dx = (calls().sparse_linear(dy, saved, ctx.in_features, None) if ctx.use_cusparselt
                   else dy @ saved)
         if ctx.needs_input_grad[1]:
             dw = dy.t() @ x  # dense: every element of W gets a gradient (straight-through)
@@ -192,7 +204,7 @@ class SparseLinear(nn.Module):
         if self.mode == "training":
             y = _TrainingLinear.apply(rows, self.weight, self.bias, use_cusparselt)
         elif use_cusparselt:
-            y = operators().sparse_linear(rows, self.packed, self.out_features, self.bias)
+            y = calls().sparse_linear(rows, self.packed, self.out_features, self.bias)
         else:
             y = F.linear(rows, self.weight, self.bias)
         return y.reshape(*x.shape[:-1], self.out_features)
