@@ -6,7 +6,9 @@ library kernels, ``compressSparseTensor_4_2`` (863 us) and ``hopperSparseMetaDat
 and 50 MB written, which a copy moves in ~47 us. Twice a step, that was 2 of the step's 5 ms.
 
 Here one Triton program reads 64 rows x 64 columns of the pruned weight and writes their kept values and their two
-metadata tiles in the library's layout (layout.py). Where that layout is not known to hold (another GPU
+metadata tiles in the library's layout (layout.py; the kernels are compress_triton.py's). A training step does
+more in one pass (``prune_compress``): it prunes the dense W with the transposable mask and writes both W~'s and
+W~^T's compressed forms, never the pruned dense matrices. Where that layout is not known to hold (another GPU
 generation, another library version), ``compress`` defers to the library: ``layout_verified`` compares this
 kernel's bytes with the library's once per device and dtype.
 """
@@ -18,62 +20,41 @@ import warnings
 
 import torch
 
+from kernelkit.backends.lazy import kernel_module
 from kernelkit.ops.sparse24 import cusparselt, cusparselt_plan
 from kernelkit.ops.sparse24.layout import COLS, ROWS, compressed_bytes, compressed_shape, padded
 
-
-@functools.cache
-def _kernel():  # noqa: ANN202 - a triton.JITFunction, built on first use (Triton imported only then)
-    import triton
-    import triton.language as tl
-
-    @triton.jit
-    def compress24_kernel(w_ptr, values_ptr, meta_ptr, n_rows, n_cols, cols_p, stride_w):
-        """Program (p, q): rows 64 p.., columns 64 q.. of w; writes their values and two metadata tiles."""
-        rows = tl.program_id(0) * 64 + tl.arange(0, 64)
-        cols = tl.program_id(1) * 64 + tl.arange(0, 64)
-        inside = (rows[:, None] < n_rows) & (cols[None, :] < n_cols)
-        tile = tl.load(w_ptr + rows[:, None].to(tl.int64) * stride_w + cols[None, :], mask=inside, other=0.0)
-        groups = tl.reshape(tile, (64, 16, 4))
-        pos = tl.arange(0, 4)[None, None, :]
-        nonzero = groups != 0
-        first = tl.min(tl.where(nonzero & (pos < 3), pos, 2), axis=2)
-        last = tl.max(tl.where(nonzero, pos, -1), axis=2)
-        second = tl.where(last > first, last, 3)
-        v0 = tl.sum(tl.where(pos == first[:, :, None], groups.to(tl.float32), 0.0), axis=2)
-        v1 = tl.sum(tl.where(pos == second[:, :, None], groups.to(tl.float32), 0.0), axis=2)
-        kept = tl.reshape(tl.join(v0, v1), (64, 32)).to(values_ptr.dtype.element_ty)
-        half = tl.program_id(1) * 32 + tl.arange(0, 32)
-        tl.store(values_ptr + rows[:, None].to(tl.int64) * (n_cols // 2) + half[None, :], kept,
-                 mask=(rows[:, None] < n_rows) & (half[None, :] < n_cols // 2))
-        nibbles = tl.reshape(first | (second << 2), (4, 2, 8, 16))  # (a, high, lane, group)
-        low, high = tl.split(tl.permute(nibbles, (0, 2, 3, 1)))
-        byte = (low | (high << 4)).to(tl.uint8)  # (a, lane, group)
-        a = tl.arange(0, 4)[:, None, None]
-        lane = tl.arange(0, 8)[None, :, None]
-        g = tl.arange(0, 16)[None, None, :]
-        g8 = g % 8
-        at = (tl.program_id(0).to(tl.int64) * 8 * cols_p + (tl.program_id(1) * 2 + g // 8) * 256
-              + 4 * (16 * a + 2 * lane + (g8 // 2) % 2) + 2 * (g8 % 2) + g8 // 4)
-        tl.store(meta_ptr + at, byte)
-
-    return compress24_kernel
+kernels = kernel_module("kernelkit.ops.sparse24", "compress_triton")  # Triton: imported on first use
 
 
 def compress_triton(w: torch.Tensor) -> torch.Tensor:
     """The compressed form of a pruned fp16/bf16 w (N, K), K a multiple of 4, by the Triton kernel: one pass."""
-    import triton
-
     n_rows, n_cols = w.shape
     if w.stride(1) != 1:
         w = w.contiguous()
+    out, values, meta = _compressed_tensor(w, n_rows, n_cols)
+    grid = (-(-n_rows // ROWS), -(-n_cols // COLS))
+    kernels.compress24_kernel[grid](w, values, meta, n_rows, n_cols, padded(n_cols, COLS), w.stride(0), num_warps=4)
+    return out
+
+
+def prune_compress_triton(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(W~'s compressed form, W~^T's) for W~ the transposable 2:4 pruning of w (sparsify24_transposable's mask):
+    one Triton pass reads w and writes both, never the pruned dense matrices. N and K multiples of 4."""
+    n_rows, n_cols = w.shape
+    out, values, meta = _compressed_tensor(w, n_rows, n_cols)
+    out_t, values_t, meta_t = _compressed_tensor(w, n_cols, n_rows)
+    grid = (-(-n_rows // ROWS), -(-n_cols // COLS))
+    kernels.prune_compress_kernel[grid](w, values, meta, values_t, meta_t, n_rows, n_cols, w.stride(0), w.stride(1),
+                                        num_warps=4)
+    return out, out_t
+
+
+def _compressed_tensor(w: torch.Tensor, n_rows: int, n_cols: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(the compressed tensor of an (n_rows, n_cols) weight like w, its values as w's dtype, its metadata bytes)."""
     out = torch.empty(compressed_shape(n_rows, n_cols), dtype=w.dtype, device=w.device)
     flat = out.view(torch.uint8).reshape(-1)
-    values = flat[: n_rows * n_cols].view(w.dtype)
-    meta = flat[n_rows * n_cols:]
-    grid = (triton.cdiv(n_rows, ROWS), triton.cdiv(n_cols, COLS))
-    _kernel()[grid](w, values, meta, n_rows, n_cols, padded(n_cols, COLS), w.stride(0), num_warps=4)
-    return out
+    return out, flat[: n_rows * n_cols].view(w.dtype), flat[n_rows * n_cols:]
 
 
 @functools.cache
@@ -97,14 +78,28 @@ def layout_verified(device: int, dtype: torch.dtype) -> bool:
     return same
 
 
+def _verified(w: torch.Tensor) -> bool:
+    cusparselt.check_weight(w)
+    cusparselt.require_cusparselt(w)
+    return layout_verified(w.device.index if w.device.index is not None else torch.cuda.current_device(), w.dtype)
+
+
+def _library_compress(w: torch.Tensor) -> torch.Tensor:
+    return cusparselt_plan.compress(w) if cusparselt_plan.unavailable(w, w) is None else cusparselt.compress(w)
+
+
 def compress(w: torch.Tensor) -> torch.Tensor:
     """w (N, K) pruned 2:4, fp16/bf16 on a GPU -> its compressed form: the Triton kernel where its layout is the
     library's (layout_verified), else cusparseLt through cusparselt_plan (or torch where that does not load)."""
-    cusparselt.check_weight(w)
-    cusparselt.require_cusparselt(w)
-    device = w.device.index if w.device.index is not None else torch.cuda.current_device()
-    if layout_verified(device, w.dtype):
-        return compress_triton(w)
-    if cusparselt_plan.unavailable(w, w) is None:
-        return cusparselt_plan.compress(w)
-    return cusparselt.compress(w)
+    return compress_triton(w) if _verified(w) else _library_compress(w)
+
+
+def prune_compress(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """w (N, K) dense, fp16/bf16 on a GPU -> (W~'s compressed form, W~^T's), W~ its transposable 2:4 pruning: one
+    Triton pass where the layout is verified, else the pruning kernel and the library's compression of each."""
+    if _verified(w):
+        return prune_compress_triton(w)
+    from kernelkit.ops import sparse24  # the package imports its impls, and they this module
+
+    pruned, pruned_t = sparse24.prune_transposable(w, transposed=True)
+    return _library_compress(pruned), _library_compress(pruned_t)
