@@ -26,30 +26,22 @@ def _written(t: torch.Tensor, n: int) -> torch.Tensor:
     return t.view(torch.uint8).reshape(-1)[:n]
 
 
-def _unpadded_bytes(n_rows: int, n_cols: int) -> torch.Tensor:
-    """Which of the compressed bytes the library writes: all but the metadata of the columns past K."""
-    keep = torch.ones(layout.compressed_bytes(n_rows, n_cols), dtype=torch.bool)
-    byte, _ = layout.metadata_offsets(layout.padded(n_rows, 64), layout.padded(n_cols, 64))
-    keep[n_rows * n_cols + byte[:, n_cols // 4:].flatten()] = False
-    return keep
-
-
 @pytest.mark.parametrize("key", ["128x128_float16", "80x64_bfloat16", "64x96_float16"])
 def test_the_specification_is_the_librarys_bytes(key: str) -> None:
     case = torch.load(FIXTURE)[key]
     w, library = case["pruned"], case["library"]
     ours = layout.layout_reference(w)
-    n = layout.compressed_bytes(*w.shape)
-    assert library.numel() == n and ours.shape == layout.compressed_shape(*w.shape) and ours.dtype == w.dtype
-    keep = _unpadded_bytes(*w.shape)
-    assert torch.equal(_written(ours, n)[keep], library[keep])
-    if w.shape[1] % 64:
-        assert (~keep).sum() == 64 * layout.padded(w.shape[1], 64) // 8 - 64 * w.shape[1] // 8  # only padding left
+    n = layout.written_bytes(*w.shape)  # past it, up to 512-byte multiple, the library writes nothing
+    assert library.numel() == layout.compressed_bytes(*w.shape)
+    assert ours.shape == layout.compressed_shape(*w.shape) and ours.dtype == w.dtype
+    assert torch.equal(_written(ours, n), library[:n])
 
 
 def test_compressed_sizes_are_pytorchs_allocation() -> None:
     assert layout.compressed_shape(11008, 4096) == (11008, 4096 * 9 // 16)  # both multiples of 64: 9/16
-    assert layout.compressed_shape(80, 64) == (80, 39) and layout.compressed_shape(64, 96) == (64, 56)  # H200's
+    # torch 2.11's tensors on an H200 (cslt_dumps and a GPU test's failure message): 80x96 gave 80 x 58
+    assert layout.compressed_shape(80, 64) == (80, 39) and layout.compressed_shape(64, 96) == (64, 56)
+    assert layout.compressed_shape(80, 96) == (80, 58) and layout.compressed_bytes(64, 96) == 7168
     w = torch.zeros(80, 64, dtype=torch.float16)
     assert cusparselt.compressed_shape(w) == (80, 39)  # the custom op's fake (module.py)
 
@@ -62,23 +54,23 @@ def _with_sparse_groups(n_rows: int, n_cols: int, seed: int) -> torch.Tensor:
     return torch.where(drop, 0, w)
 
 
-@pytest.mark.parametrize("shape", [(64, 64), (16, 16), (80, 96), (200, 48), (128, 320)])
+@pytest.mark.parametrize("shape", [(64, 64), (16, 16), (80, 96), (200, 48), (128, 352)])
 def test_the_triton_kernel_writes_the_specification(cpu_process, shape: tuple[int, int]) -> None:
     w = _with_sparse_groups(*shape, seed=shape[0] + shape[1])
-    n = layout.compressed_bytes(*shape)
+    n = layout.written_bytes(*shape)
     ours = compress.compress_triton(w)
     assert ours.shape == layout.compressed_shape(*shape) and ours.dtype == w.dtype
     assert torch.equal(_written(ours, n), _written(layout.layout_reference(w), n))
 
 
-@pytest.mark.parametrize("shape", [(64, 64), (80, 96), (16, 32), (128, 64)])
+@pytest.mark.parametrize("shape", [(64, 64), (80, 96), (16, 32), (128, 64), (96, 160)])
 def test_one_pass_prunes_and_compresses_w_and_its_transpose(cpu_process, shape: tuple[int, int]) -> None:
     w = sp.nonzero_normal(shape, torch.float16, "cpu", sum(shape))
     w[0, :4] = 0  # an empty group, which the mask keeps empty
     packed, packed_t = compress.prune_compress_triton(w)
     pruned = sp.sparsify24_transposable(w)  # the reference's mask
     for ours, dense in ((packed, pruned), (packed_t, pruned.t().contiguous())):
-        n = layout.compressed_bytes(*dense.shape)
+        n = layout.written_bytes(*dense.shape)
         assert ours.shape == layout.compressed_shape(*dense.shape) and ours.dtype == w.dtype
         assert torch.equal(_written(ours, n), _written(layout.layout_reference(dense), n))
 
@@ -104,22 +96,22 @@ def test_compress_takes_gpu_tensors_only() -> None:
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
-@pytest.mark.parametrize("shape", [(64, 64), (128, 256), (80, 64), (64, 96), (1024, 768), (4096, 11008)])
+@pytest.mark.parametrize("shape", [(64, 64), (128, 256), (80, 64), (64, 96), (80, 96), (96, 160), (1024, 768),
+                                   (4096, 11008)])
 def test_the_kernel_is_torchs_compression_byte_for_byte(shape: tuple[int, int], dtype: torch.dtype) -> None:
     if torch.cuda.get_device_capability()[0] != 9:
         pytest.skip("the layout is sm_90's")
     w = sp.sparsify24(sp.nonzero_normal(shape, dtype, "cuda", 7))
     ours, theirs = compress.compress_triton(w), cusparselt.compress(w)
     assert ours.shape == theirs.shape and ours.dtype == theirs.dtype
-    n = layout.compressed_bytes(*shape)
-    keep = _unpadded_bytes(*shape).cuda()
-    assert torch.equal(_written(ours, n)[keep], _written(theirs, n)[keep])
+    n = layout.written_bytes(*shape)
+    assert torch.equal(_written(ours, n), _written(theirs, n))
     assert compress.layout_verified(torch.cuda.current_device(), dtype)
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
-@pytest.mark.parametrize("shape", [(64, 64), (80, 96), (1024, 768), (11008, 4096)])
+@pytest.mark.parametrize("shape", [(64, 64), (80, 96), (96, 160), (1024, 768), (11008, 4096)])
 def test_one_pass_gives_the_librarys_compression_of_both_prunings(shape: tuple[int, int], dtype: torch.dtype) -> None:
     if torch.cuda.get_device_capability()[0] != 9:
         pytest.skip("the layout is sm_90's")
@@ -128,9 +120,8 @@ def test_one_pass_gives_the_librarys_compression_of_both_prunings(shape: tuple[i
     pruned, pruned_t = sp.prune_transposable(w, transposed=True)
     for ours, dense in ((packed, pruned), (packed_t, pruned_t)):
         theirs = cusparselt.compress(dense)
-        n = layout.compressed_bytes(*dense.shape)
-        keep = _unpadded_bytes(*dense.shape).cuda()
-        assert ours.shape == theirs.shape and torch.equal(_written(ours, n)[keep], _written(theirs, n)[keep])
+        n = layout.written_bytes(*dense.shape)
+        assert ours.shape == theirs.shape and torch.equal(_written(ours, n), _written(theirs, n))
 
 
 @pytest.mark.gpu

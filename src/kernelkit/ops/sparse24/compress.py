@@ -22,7 +22,7 @@ import torch
 
 from kernelkit.backends.lazy import kernel_module
 from kernelkit.ops.sparse24 import cusparselt, cusparselt_plan
-from kernelkit.ops.sparse24.layout import COLS, ROWS, compressed_bytes, compressed_shape, padded
+from kernelkit.ops.sparse24.layout import COLS, ROWS, compressed_shape, padded, written_bytes
 
 kernels = kernel_module("kernelkit.ops.sparse24", "compress_triton")  # Triton: imported on first use
 
@@ -33,20 +33,20 @@ def compress_triton(w: torch.Tensor) -> torch.Tensor:
     if w.stride(1) != 1:
         w = w.contiguous()
     out, values, meta = _compressed_tensor(w, n_rows, n_cols)
-    grid = (-(-n_rows // ROWS), -(-n_cols // COLS))
+    grid = (-(-n_rows // ROWS), -(-n_cols // 64))
     kernels.compress24_kernel[grid](w, values, meta, n_rows, n_cols, padded(n_cols, COLS), w.stride(0), num_warps=4)
     return out
 
 
-def prune_compress_triton(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def prune_compress_triton(w: torch.Tensor, num_warps: int = 4) -> tuple[torch.Tensor, torch.Tensor]:
     """(W~'s compressed form, W~^T's) for W~ the transposable 2:4 pruning of w (sparsify24_transposable's mask):
     one Triton pass reads w and writes both, never the pruned dense matrices. N and K multiples of 4."""
     n_rows, n_cols = w.shape
     out, values, meta = _compressed_tensor(w, n_rows, n_cols)
     out_t, values_t, meta_t = _compressed_tensor(w, n_cols, n_rows)
-    grid = (-(-n_rows // ROWS), -(-n_cols // COLS))
+    grid = (-(-n_rows // 64), -(-n_cols // 64))
     kernels.prune_compress_kernel[grid](w, values, meta, values_t, meta_t, n_rows, n_cols, w.stride(0), w.stride(1),
-                                        num_warps=4)
+                                        num_warps=num_warps)
     return out, out_t
 
 
@@ -70,7 +70,7 @@ def layout_verified(device: int, dtype: torch.dtype) -> bool:
     if cusparselt_plan.unavailable(w, w) is not None:
         return False
     ours, theirs = compress_triton(w), cusparselt_plan.compress(w)
-    written = compressed_bytes(*w.shape)
+    written = written_bytes(*w.shape)
     same = torch.equal(ours.view(torch.uint8).reshape(-1)[:written], theirs.view(torch.uint8).reshape(-1)[:written])
     if not same:
         warnings.warn("kernelkit's 2:4 compression does not match this cuSPARSELt's layout; compressing with the "

@@ -3,8 +3,8 @@ transposable mask and writing W's and W^T's compressed forms in the same pass (a
 preparation of its two sparse operands). Imported on first use (backends/lazy.py).
 
 A program owns a 64 x 64 tile: one 64-row metadata band by two 32-column metadata tiles, so each program writes
-whole metadata tiles and no two programs touch one byte. Rows and columns past the weight read as zeros: their
-groups get nibble 0xE, as the library pads rows.
+whole metadata tiles and no two programs touch one byte. Rows past the weight read as zeros: their groups get
+nibble 0xE, as the library pads rows to 64; columns are padded to 32, so a last tile of 32 writes one.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ TILE = 64
 def store_compressed(tile, block_row, block_col, values_ptr, meta_ptr, n_rows, n_cols, cols_p):
     """Write a pruned (64, 64) tile at rows 64 block_row.., columns 64 block_col.. of an (n_rows, n_cols)
     weight into its compressed form: kept values into values_ptr ((n_rows, n_cols / 2) row-major), nibbles
-    into meta_ptr (bytes; cols_p: n_cols padded to 64)."""
+    into meta_ptr (bytes; cols_p: n_cols padded to 32)."""
     rows = block_row * 64 + tl.arange(0, 64)
     groups = tl.reshape(tile, (64, 16, 4))
     pos = tl.arange(0, 4)[None, None, :]
@@ -42,9 +42,10 @@ def store_compressed(tile, block_row, block_col, values_ptr, meta_ptr, n_rows, n
     lane = tl.arange(0, 8)[None, :, None]
     g = tl.arange(0, 16)[None, None, :]
     g8 = g % 8
-    at = (block_row.to(tl.int64) * 8 * cols_p + (block_col * 2 + g // 8) * 256
+    tile = block_col * 2 + g // 8  # of 32 columns
+    at = (block_row.to(tl.int64) * 8 * cols_p + tile * 256
           + 4 * (16 * a + 2 * lane + (g8 // 2) % 2) + 2 * (g8 % 2) + g8 // 4)
-    tl.store(meta_ptr + at, byte)
+    tl.store(meta_ptr + at, byte, mask=(tile < cols_p // 32) & (a >= 0) & (lane >= 0))
 
 
 @triton.jit
@@ -78,6 +79,6 @@ def prune_compress_kernel(x_ptr, values_ptr, meta_ptr, values_t_ptr, meta_t_ptr,
     y = tl.reshape(tl.permute(blocks, (0, 2, 1, 3)), (64, 64))
     yt = tl.reshape(tl.permute(blocks, (1, 3, 0, 2)), (64, 64))
     store_compressed(y, tl.program_id(0), tl.program_id(1), values_ptr, meta_ptr, n_rows, n_cols,
-                     (n_cols + 63) // 64 * 64)
+                     (n_cols + 31) // 32 * 32)
     store_compressed(yt, tl.program_id(1), tl.program_id(0), values_t_ptr, meta_t_ptr, n_cols, n_rows,
-                     (n_rows + 63) // 64 * 64)
+                     (n_rows + 31) // 32 * 32)

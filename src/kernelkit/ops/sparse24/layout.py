@@ -4,10 +4,11 @@ The layout, as cuSPARSELt 0.8 writes it on sm_90 for fp16 and bf16 (read back fr
 seven shapes on an H200; tests/fixtures/cusparselt holds what the library wrote):
 
 - values: the two kept elements of each group of four, in order, row-major: an (N, K/2) matrix, N K bytes;
-- then metadata: 4 bits a group, ``i | j << 2`` for kept positions i < j, over N padded to 64 rows and K to 64
+- then metadata: 4 bits a group, ``i | j << 2`` for kept positions i < j, over N padded to 64 rows and K to 32
   columns (a padded row's groups read 0xE: positions 2 and 3). A band of 64 rows is 8 Kp bytes; in it, each 32
   columns are a 256-byte tile. In a tile, the byte of row 16a + l and group g (of the 8) holds row 16a + l in its
-  low nibble and row 16a + 8 + l in its high one, at byte 4 (16a + 2l + (g // 2) % 2) + 2 (g % 2) + g // 4.
+  low nibble and row 16a + 8 + l in its high one, at byte 4 (16a + 2l + (g // 2) % 2) + 2 (g % 2) + g // 4;
+- the whole rounded up to 512 bytes (the library leaves that tail unwritten).
 
 A group with fewer than two nonzeros keeps its nonzeros and the highest positions left (all zero: 2 and 3). A
 group with more than two nonzeros is not 2:4: prune first. ``layout_reference`` is the specification of the Triton
@@ -19,7 +20,8 @@ from __future__ import annotations
 import torch
 
 ROWS = 64  # the metadata covers the rows padded to a multiple of this (a band)
-COLS = 64  # ... and the columns padded to a multiple of this (two 32-column tiles)
+COLS = 32  # ... and the columns padded to a multiple of this (a tile)
+ALIGN = 512  # the compressed size is a multiple of this many bytes
 EMPTY = 0xE  # the nibble of a group with no nonzero: positions 2 and 3
 
 
@@ -27,9 +29,14 @@ def padded(n: int, multiple: int) -> int:
     return -(-n // multiple) * multiple
 
 
-def compressed_bytes(n_rows: int, n_cols: int) -> int:
-    """Bytes of the compressed form of a 16-bit (n_rows, n_cols) weight: values, then the padded metadata."""
+def written_bytes(n_rows: int, n_cols: int) -> int:
+    """Bytes of a 16-bit (n_rows, n_cols) weight's compressed form that are written: values, then the metadata."""
     return n_rows * n_cols + padded(n_rows, ROWS) * padded(n_cols, COLS) // 8
+
+
+def compressed_bytes(n_rows: int, n_cols: int) -> int:
+    """cuSPARSELt's compressed size (cusparseLtSpMMACompressedSize2) of a 16-bit (n_rows, n_cols) weight."""
+    return padded(written_bytes(n_rows, n_cols), ALIGN)
 
 
 def _kept_positions(groups: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -65,7 +72,7 @@ def layout_reference(w: torch.Tensor) -> torch.Tensor:
     nibbles = torch.full((rows_p, cols_p // 4), EMPTY, dtype=torch.int64, device=w.device)
     nibbles[:n_rows, : n_cols // 4] = first | (second << 2)
     byte, high = metadata_offsets(rows_p, cols_p, w.device)
-    meta = torch.zeros(rows_p * cols_p // 8, dtype=torch.int64, device=w.device)
+    meta = torch.zeros(rows_p * cols_p // 8, dtype=torch.int64, device=w.device)  # written_bytes - N K
     meta.index_add_(0, byte.flatten(), (nibbles << (4 * high)).flatten())  # rows l and l + 8 share a byte
     out = _allocate(w)
     flat = out.view(torch.uint8).reshape(-1)
