@@ -23,6 +23,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import kernelkit as kk
+from kernelkit.errors import BackendUnavailable
 from kernelkit.ops import sparse24 as sp
 from kernelkit.ops.sparse24 import checks, cusparselt, patterns
 from kernelkit.ops.sparse24.module import SparseLinear
@@ -495,14 +496,20 @@ def test_sparse_linear_matmuls_take_the_planned_path_where_it_runs(monkeypatch: 
     from kernelkit.ops.sparse24 import cusparselt_plan, module
 
     calls: list[str] = []
-    monkeypatch.setattr(cusparselt_plan, "linear_compressed",
-                        lambda x, packed, n: calls.append("planned") or torch.ones(x.shape[0], n))
+    reason: list[str] = []
+
+    def planned(x: torch.Tensor, packed: torch.Tensor, n: int) -> torch.Tensor:
+        if reason:
+            raise BackendUnavailable(reason[0])
+        calls.append("planned")
+        return torch.ones(x.shape[0], n)
+
+    monkeypatch.setattr(cusparselt_plan, "linear_compressed", planned)
     monkeypatch.setattr(cusparselt, "linear", lambda x, packed, bias: calls.append(f"torch {bias is None}") or bias)
     x, packed, bias = torch.zeros(3, 8), torch.zeros(18), torch.arange(4.0)
-    monkeypatch.setattr(cusparselt_plan, "unavailable", lambda x, packed: None)
     assert torch.equal(module.sparse_matmul(x, packed, 4, bias), (1 + torch.arange(4.0)).expand(3, 4))  # bias added
     assert torch.equal(module.sparse_matmul(x, packed, 4, None), torch.ones(3, 4))
-    monkeypatch.setattr(cusparselt_plan, "unavailable", lambda x, packed: "no libcusparseLt here")
+    reason.append("no libcusparseLt here")
     assert module.sparse_matmul(x, packed, 4, bias) is bias  # torch._cslt_sparse_mm, bias in its epilogue
     assert calls == ["planned", "planned", "torch False"]
 

@@ -31,6 +31,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from kernelkit.errors import BackendUnavailable
 from kernelkit.ops.sparse24 import compress as compression
 from kernelkit.ops.sparse24 import cusparselt, layout
 
@@ -95,9 +96,10 @@ def sparse_matmul(x: torch.Tensor, packed: torch.Tensor, out_features: int, bias
     torch._cslt_sparse_mm, which builds the plan at every call (~1 ms of host time; twice a training step)."""
     from kernelkit.ops.sparse24 import cusparselt_plan
 
-    if cusparselt_plan.unavailable(x, packed) is not None:
+    try:
+        y = cusparselt_plan.linear_compressed(x, packed, out_features)  # checks where it can run, once
+    except BackendUnavailable:
         return cusparselt.linear(x, packed, bias)
-    y = cusparselt_plan.linear_compressed(x, packed, out_features)
     return y if bias is None else y.add_(bias)  # torch's call adds it in the epilogue; here one more pass over y
 
 
