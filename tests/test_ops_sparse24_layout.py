@@ -63,11 +63,12 @@ def test_the_triton_kernel_writes_the_specification(cpu_process, shape: tuple[in
     assert torch.equal(_written(ours, n), _written(layout.layout_reference(w), n))
 
 
+@pytest.mark.parametrize("block_m", [32, 64])
 @pytest.mark.parametrize("shape", [(64, 64), (80, 96), (16, 32), (128, 64), (96, 160)])
-def test_one_pass_prunes_and_compresses_w_and_its_transpose(cpu_process, shape: tuple[int, int]) -> None:
+def test_one_pass_prunes_and_compresses_w_and_its_transpose(cpu_process, shape: tuple[int, int], block_m: int) -> None:
     w = sp.nonzero_normal(shape, torch.float16, "cpu", sum(shape))
     w[0, :4] = 0  # an empty group, which the mask keeps empty
-    packed, packed_t = compress.prune_compress_triton(w)
+    packed, packed_t = compress.prune_compress_triton(w, block_m=block_m)
     pruned = sp.sparsify24_transposable(w)  # the reference's mask
     for ours, dense in ((packed, pruned), (packed_t, pruned.t().contiguous())):
         n = layout.written_bytes(*dense.shape)
@@ -112,11 +113,13 @@ def test_the_kernel_is_torchs_compression_byte_for_byte(shape: tuple[int, int], 
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 @pytest.mark.parametrize("shape", [(64, 64), (80, 96), (96, 160), (1024, 768), (11008, 4096)])
-def test_one_pass_gives_the_librarys_compression_of_both_prunings(shape: tuple[int, int], dtype: torch.dtype) -> None:
+@pytest.mark.parametrize("block_m", [32, 64])
+def test_one_pass_gives_the_librarys_compression_of_both_prunings(shape: tuple[int, int], dtype: torch.dtype,
+                                                                   block_m: int) -> None:
     if torch.cuda.get_device_capability()[0] != 9:
         pytest.skip("the layout is sm_90's")
     w = sp.nonzero_normal(shape, dtype, "cuda", 11)
-    packed, packed_t = compress.prune_compress(w)
+    packed, packed_t = compress.prune_compress_triton(w, block_m)
     pruned, pruned_t = sp.prune_transposable(w, transposed=True)
     for ours, dense in ((packed, pruned), (packed_t, pruned_t)):
         theirs = cusparselt.compress(dense)

@@ -38,15 +38,16 @@ def compress_triton(w: torch.Tensor) -> torch.Tensor:
     return out
 
 
-def prune_compress_triton(w: torch.Tensor, num_warps: int = 4) -> tuple[torch.Tensor, torch.Tensor]:
+def prune_compress_triton(w: torch.Tensor, block_m: int = 64, num_warps: int = 4
+                          ) -> tuple[torch.Tensor, torch.Tensor]:
     """(W~'s compressed form, W~^T's) for W~ the transposable 2:4 pruning of w (sparsify24_transposable's mask):
     one Triton pass reads w and writes both, never the pruned dense matrices. N and K multiples of 4."""
     n_rows, n_cols = w.shape
     out, values, meta = _compressed_tensor(w, n_rows, n_cols)
     out_t, values_t, meta_t = _compressed_tensor(w, n_cols, n_rows)
-    grid = (-(-n_rows // 64), -(-n_cols // 64))
+    grid = (padded(n_rows, ROWS) // block_m, -(-n_cols // 64))  # every padded row of W's metadata
     kernels.prune_compress_kernel[grid](w, values, meta, values_t, meta_t, n_rows, n_cols, w.stride(0), w.stride(1),
-                                        num_warps=num_warps)
+                                        BLOCK_M=block_m, num_warps=num_warps)
     return out, out_t
 
 
