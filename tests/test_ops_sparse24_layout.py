@@ -63,19 +63,6 @@ def test_the_triton_kernel_writes_the_specification(cpu_process, shape: tuple[in
     assert torch.equal(_written(ours, n), _written(layout.layout_reference(w), n))
 
 
-@pytest.mark.parametrize("block_m", [32, 64])
-@pytest.mark.parametrize("shape", [(64, 64), (80, 96), (16, 32), (128, 64), (96, 160)])
-def test_one_pass_prunes_and_compresses_w_and_its_transpose(cpu_process, shape: tuple[int, int], block_m: int) -> None:
-    w = sp.nonzero_normal(shape, torch.float16, "cpu", sum(shape))
-    w[0, :4] = 0  # an empty group, which the mask keeps empty
-    packed, packed_t = compress.prune_compress_triton(w, block_m=block_m)
-    pruned = sp.sparsify24_transposable(w)  # the reference's mask
-    for ours, dense in ((packed, pruned), (packed_t, pruned.t().contiguous())):
-        n = layout.written_bytes(*dense.shape)
-        assert ours.shape == layout.compressed_shape(*dense.shape) and ours.dtype == w.dtype
-        assert torch.equal(_written(ours, n), _written(layout.layout_reference(dense), n))
-
-
 def test_a_group_keeps_its_nonzeros_and_the_highest_positions_left() -> None:
     groups = torch.tensor([[0, 0, 0, 0], [5, 0, 0, 0], [0, 0, 0, 5], [0, 5, 0, 5], [0, 0, 5, 0], [5, 5, 0, 0]])
     first, second = layout._kept_positions(groups)
@@ -86,8 +73,6 @@ def test_compress_takes_gpu_tensors_only() -> None:
     w = torch.zeros(64, 64, dtype=torch.float16)
     with pytest.raises(BackendUnavailable, match="CUDA tensors only"):
         compress.compress(w)
-    with pytest.raises(BackendUnavailable, match="CUDA tensors only"):
-        compress.prune_compress(w)
     with pytest.raises(ValueError, match="multiples of 16"):
         compress.compress(torch.zeros(64, 40, dtype=torch.float16))
 
@@ -108,23 +93,6 @@ def test_the_kernel_is_torchs_compression_byte_for_byte(shape: tuple[int, int], 
     n = layout.written_bytes(*shape)
     assert torch.equal(_written(ours, n), _written(theirs, n))
     assert compress.layout_verified(torch.cuda.current_device(), dtype)
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
-@pytest.mark.parametrize("shape", [(64, 64), (80, 96), (96, 160), (1024, 768), (11008, 4096)])
-@pytest.mark.parametrize("block_m", [32, 64])
-def test_one_pass_gives_the_librarys_compression_of_both_prunings(shape: tuple[int, int], dtype: torch.dtype,
-                                                                   block_m: int) -> None:
-    if torch.cuda.get_device_capability()[0] != 9:
-        pytest.skip("the layout is sm_90's")
-    w = sp.nonzero_normal(shape, dtype, "cuda", 11)
-    packed, packed_t = compress.prune_compress_triton(w, block_m)
-    pruned, pruned_t = sp.prune_transposable(w, transposed=True)
-    for ours, dense in ((packed, pruned), (packed_t, pruned_t)):
-        theirs = cusparselt.compress(dense)
-        n = layout.written_bytes(*dense.shape)
-        assert ours.shape == theirs.shape and torch.equal(_written(ours, n), _written(theirs, n))
 
 
 @pytest.mark.gpu

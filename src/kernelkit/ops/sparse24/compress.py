@@ -6,11 +6,9 @@ library kernels, ``compressSparseTensor_4_2`` (863 us) and ``hopperSparseMetaDat
 and 50 MB written, which a copy moves in ~47 us. Twice a step, that was 2 of the step's 5 ms.
 
 Here one Triton program reads 64 rows x 64 columns of the pruned weight and writes their kept values and their two
-metadata tiles in the library's layout (layout.py; the kernels are compress_triton.py's). A training step does
-more in one pass (``prune_compress``): it prunes the dense W with the transposable mask and writes both W~'s and
-W~^T's compressed forms, never the pruned dense matrices. Where that layout is not known to hold (another GPU
-generation, another library version), ``compress`` defers to the library: ``layout_verified`` compares this
-kernel's bytes with the library's once per device and dtype.
+metadata tiles in the library's layout (layout.py; the kernel is compress_triton.py's). Where that layout is not
+known to hold (another GPU generation, another library version), ``compress`` defers to the library:
+``layout_verified`` compares this kernel's bytes with the library's once per device and dtype.
 """
 
 from __future__ import annotations
@@ -36,19 +34,6 @@ def compress_triton(w: torch.Tensor) -> torch.Tensor:
     grid = (-(-n_rows // ROWS), -(-n_cols // 64))
     kernels.compress24_kernel[grid](w, values, meta, n_rows, n_cols, padded(n_cols, COLS), w.stride(0), num_warps=4)
     return out
-
-
-def prune_compress_triton(w: torch.Tensor, block_m: int = 64, num_warps: int = 4
-                          ) -> tuple[torch.Tensor, torch.Tensor]:
-    """(W~'s compressed form, W~^T's) for W~ the transposable 2:4 pruning of w (sparsify24_transposable's mask):
-    one Triton pass reads w and writes both, never the pruned dense matrices. N and K multiples of 4."""
-    n_rows, n_cols = w.shape
-    out, values, meta = _compressed_tensor(w, n_rows, n_cols)
-    out_t, values_t, meta_t = _compressed_tensor(w, n_cols, n_rows)
-    grid = (padded(n_rows, ROWS) // block_m, -(-n_cols // 64))  # every padded row of W's metadata
-    kernels.prune_compress_kernel[grid](w, values, meta, values_t, meta_t, n_rows, n_cols, w.stride(0), w.stride(1),
-                                        BLOCK_M=block_m, num_warps=num_warps)
-    return out, out_t
 
 
 def _compressed_tensor(w: torch.Tensor, n_rows: int, n_cols: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -93,14 +78,3 @@ def compress(w: torch.Tensor) -> torch.Tensor:
     """w (N, K) pruned 2:4, fp16/bf16 on a GPU -> its compressed form: the Triton kernel where its layout is the
     library's (layout_verified), else cusparseLt through cusparselt_plan (or torch where that does not load)."""
     return compress_triton(w) if _verified(w) else _library_compress(w)
-
-
-def prune_compress(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """w (N, K) dense, fp16/bf16 on a GPU -> (W~'s compressed form, W~^T's), W~ its transposable 2:4 pruning: one
-    Triton pass where the layout is verified, else the pruning kernel and the library's compression of each."""
-    if _verified(w):
-        return prune_compress_triton(w)
-    from kernelkit.ops import sparse24  # the package imports its impls, and they this module
-
-    pruned, pruned_t = sparse24.prune_transposable(w, transposed=True)
-    return _library_compress(pruned), _library_compress(pruned_t)

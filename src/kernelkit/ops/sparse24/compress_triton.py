@@ -1,10 +1,15 @@
-"""Triton kernels that write cuSPARSELt's compressed form (layout.py): from a pruned weight, or pruning W with the
-transposable mask and writing W's and W^T's compressed forms in the same pass (a training step's whole
-preparation of its two sparse operands). Imported on first use (backends/lazy.py).
+"""The Triton kernel that writes cuSPARSELt's compressed form (layout.py) of a pruned weight. Imported on first
+use (backends/lazy.py).
 
-A program owns a 64 x 64 tile (32 x 64 in the pruning pass: then its transpose is 64 x 32): whole 16-row
-groups of metadata bands by whole 32-column metadata tiles, so no two programs touch one byte. Rows past the
-weight read as zeros: their groups get nibble 0xE, as the library pads rows to 64; columns are padded to 32.
+A program owns a 64 x 64 tile: a 64-row metadata band by two 32-column metadata tiles, so no two programs touch
+one byte. Rows past the weight read as zeros: their groups get nibble 0xE, as the library pads rows to 64;
+columns are padded to 32, so a last tile of 32 columns writes one metadata tile.
+
+Tried and dropped: one pass that prunes W with the transposable mask and writes both W~'s and W~^T's compressed
+forms, in 32- or 64-row tiles. On an H200 (2026-11-27, 11008x4096 fp16, warm, CUDA
+events) it took 261-401 us over five tile and warp shapes, against 181 us for the pruning kernel and two of these
+(106 + 2 x 39); in cold training steps, interleaved in one process, the two were within their spread (1.016x and
+1.012x nn.Linear). Its code is in the history.
 """
 
 from __future__ import annotations
@@ -12,18 +17,14 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from kernelkit.ops.sparse24.triton import _best_transposable_mask, _pruned_blocks, _split4
-
-TILE = 64
-
 
 @triton.jit
-def store_compressed(tile, block_row, block_col, values_ptr, meta_ptr, n_rows, n_cols, cols_p,
-                     TR: tl.constexpr, TC: tl.constexpr):
-    """Write a pruned (TR, TC) tile (TR, TC: 32 or 64) at rows TR block_row.., columns TC block_col.. of an
-    (n_rows, n_cols) weight into its compressed form: kept values into values_ptr ((n_rows, n_cols / 2)
-    row-major), nibbles into meta_ptr (bytes; cols_p: n_cols padded to 32). A 32-row tile writes its half of
-    each metadata byte block: a byte holds rows l and l + 8 of one 16-row group, never two tiles' rows."""
+def store_compressed(tile, block_row, block_col, values_ptr, meta_ptr, n_rows, n_cols, cols_p):
+    """Write a pruned (64, 64) tile at rows 64 block_row.., columns 64 block_col.. of an (n_rows, n_cols) weight
+    into its compressed form: kept values into values_ptr ((n_rows, n_cols / 2) row-major), nibbles into
+    meta_ptr (bytes; cols_p: n_cols padded to 32)."""
+    TR: tl.constexpr = 64
+    TC: tl.constexpr = 64
     rows = block_row * TR + tl.arange(0, TR)
     groups = tl.reshape(tile, (TR, TC // 4, 4))
     pos = tl.arange(0, 4)[None, None, :]
@@ -58,31 +59,4 @@ def compress24_kernel(w_ptr, values_ptr, meta_ptr, n_rows, n_cols, cols_p, strid
     cols = tl.program_id(1) * 64 + tl.arange(0, 64)
     inside = (rows[:, None] < n_rows) & (cols[None, :] < n_cols)
     tile = tl.load(w_ptr + rows[:, None].to(tl.int64) * stride_w + cols[None, :], mask=inside, other=0.0)
-    store_compressed(tile, tl.program_id(0), tl.program_id(1), values_ptr, meta_ptr, n_rows, n_cols, cols_p, 64, 64)
-
-
-@triton.jit
-def prune_compress_kernel(x_ptr, values_ptr, meta_ptr, values_t_ptr, meta_t_ptr, n_rows, n_cols, stride_xm,
-                          stride_xk, BLOCK_M: tl.constexpr):
-    """Program (p, q): prune x's rows BLOCK_M p.., columns 64 q.. (BLOCK_M: 32 or 64) with the transposable mask
-    (triton.py's scan), then write the tile into x~'s compressed form and its transpose into x~^T's. The grid's
-    rows cover n_rows padded to 64: the metadata's padded rows are written too."""
-    rows = (tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)).to(tl.int64)
-    cols = (tl.program_id(1) * 64 + tl.arange(0, 64)).to(tl.int64)
-    mask = (rows[:, None] < n_rows) & (cols[None, :] < n_cols)
-    x = tl.load(x_ptr + rows[:, None] * stride_xm + cols[None, :] * stride_xk, mask=mask, other=0.0)
-    blocks = tl.permute(tl.reshape(x, (BLOCK_M // 4, 4, 16, 4)), (0, 2, 1, 3))
-    col0, col1, col2, col3 = _split4(tl.reshape(blocks, (BLOCK_M // 4, 16, 2, 2, 2, 2)))
-    x00, x10, x20, x30 = _split4(col0)
-    x01, x11, x21, x31 = _split4(col1)
-    x02, x12, x22, x32 = _split4(col2)
-    x03, x13, x23, x33 = _split4(col3)
-    keep = _best_transposable_mask(x00, x01, x02, x03, x10, x11, x12, x13, x20, x21, x22, x23, x30, x31, x32, x33)
-    blocks = _pruned_blocks(x00, x01, x02, x03, x10, x11, x12, x13, x20, x21, x22, x23, x30, x31, x32, x33, keep)
-    blocks = tl.reshape(blocks, (BLOCK_M // 4, 16, 4, 4))
-    y = tl.reshape(tl.permute(blocks, (0, 2, 1, 3)), (BLOCK_M, 64))
-    yt = tl.reshape(tl.permute(blocks, (1, 3, 0, 2)), (64, BLOCK_M))
-    store_compressed(y, tl.program_id(0), tl.program_id(1), values_ptr, meta_ptr, n_rows, n_cols,
-                     (n_cols + 31) // 32 * 32, BLOCK_M, 64)
-    store_compressed(yt, tl.program_id(1), tl.program_id(0), values_t_ptr, meta_t_ptr, n_cols, n_rows,
-                     (n_rows + 31) // 32 * 32, 64, BLOCK_M)
+    store_compressed(tile, tl.program_id(0), tl.program_id(1), values_ptr, meta_ptr, n_rows, n_cols, cols_p)

@@ -4,8 +4,8 @@
   once; each forward is one cuSPARSELt matmul writing y row-major. The weight's memory shrinks to 9/16. Forward
   only: nothing in this mode has a gradient.
 - Training (``mode="training"``): the dense weight stays the trained parameter. Each forward prunes it with the
-  transposable mask and writes W~'s and W~^T's compressed forms in one Triton pass on Hopper (compress.py's
-  prune_compress; elsewhere the pruning kernel and the library's compression), and runs y = x W~^T on
+  transposable mask (one Triton pass writing the pruned W and W^T), compresses both (compress.py: one Triton
+  pass each in cuSPARSELt's layout on Hopper, the library's compression elsewhere), and runs y = x W~^T on
   cuSPARSELt; the backward runs dx = dy W~ on cuSPARSELt from W~^T's compressed form, and dW = dy^T x dense.
   The gradient of the pruned weight reaches the dense weight unmasked (the straight-through estimator of 2:4
   training). Each cuSPARSELt matmul is ``sparse_matmul``: its plan made once per shape where libcusparseLt loads
@@ -33,7 +33,7 @@ from torch import nn
 
 from kernelkit.errors import BackendUnavailable
 from kernelkit.ops.sparse24 import compress as compression
-from kernelkit.ops.sparse24 import cusparselt, layout
+from kernelkit.ops.sparse24 import cusparselt
 
 MODES = ("inference", "training")
 BACKENDS = ("cusparselt", "dense")
@@ -68,8 +68,6 @@ def define_operators() -> None:
     def compress(w: torch.Tensor) -> torch.Tensor:
         return compression.compress(w)
 
-    def prune_compress(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        return compression.prune_compress(w)
 
     def sparse_linear(x: torch.Tensor, packed: torch.Tensor, out_features: int, bias: torch.Tensor | None
                       ) -> torch.Tensor:
@@ -80,10 +78,6 @@ def define_operators() -> None:
     defined.register_fake(lambda w: (torch.empty_like(w), w.new_empty((w.shape[1], w.shape[0]))))
     defined = torch.library.custom_op(f"{lib}::compress", compress, mutates_args=(), schema="(Tensor w) -> Tensor")
     defined.register_fake(lambda w: w.new_empty(cusparselt.compressed_shape(w)))
-    defined = torch.library.custom_op(f"{lib}::prune_compress", prune_compress, mutates_args=(),
-                                      schema="(Tensor w) -> (Tensor, Tensor)")
-    defined.register_fake(lambda w: (w.new_empty(layout.compressed_shape(*w.shape)),
-                                     w.new_empty(layout.compressed_shape(w.shape[1], w.shape[0]))))
     defined = torch.library.custom_op(f"{lib}::sparse_linear", sparse_linear, mutates_args=(),
                                       schema="(Tensor x, Tensor packed, SymInt out_features, Tensor? bias) -> Tensor")
     defined.register_fake(lambda x, packed, out_features, bias: x.new_empty((x.shape[0], out_features)))
@@ -104,8 +98,7 @@ def sparse_matmul(x: torch.Tensor, packed: torch.Tensor, out_features: int, bias
 
 
 def operators() -> Any:
-    """torch.ops.kernelkit_sparse24: prune_transposable, compress, prune_compress, sparse_linear (define_operators
-    first)."""
+    """torch.ops.kernelkit_sparse24: prune_transposable, compress, sparse_linear (define_operators first)."""
     return torch.ops.kernelkit_sparse24
 
 
@@ -113,7 +106,7 @@ def operators() -> Any:
 # call (scripts/gpu-sparse24 measures it), and a training step's first kernels are short, so in a cold step the GPU
 # waited on it. torch.compile traces the operators instead (``calls``).
 EAGER = SimpleNamespace(prune_transposable=prune_transposable_pair, compress=compression.compress,
-                        prune_compress=compression.prune_compress, sparse_linear=sparse_matmul)
+                        sparse_linear=sparse_matmul)
 
 
 def calls() -> Any:
@@ -128,11 +121,11 @@ class _TrainingLinear(torch.autograd.Function):
     def forward(ctx: Any, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
                 use_cusparselt: bool) -> torch.Tensor:
         ops = calls()
-        if use_cusparselt:  # W~ and W~^T (K, N) compressed in one pass: the forward's and the backward's operands
-            packed, saved = ops.prune_compress(weight)
-            y = ops.sparse_linear(x, packed, weight.shape[0], bias)
+        pruned, pruned_t = ops.prune_transposable(weight)
+        if use_cusparselt:
+            y = ops.sparse_linear(x, ops.compress(pruned), weight.shape[0], bias)
+            saved = ops.compress(pruned_t)  # W~^T (K, N) compressed: the backward's sparse operand
         else:
-            pruned, _ = ops.prune_transposable(weight)
             y = F.linear(x, pruned, bias)
             saved = pruned
         ctx.save_for_backward(x, saved)
