@@ -182,15 +182,15 @@ def cuda_auto(p: Problem) -> torch.Tensor:
 
     Chosen by the lowbit targets of scripts/gpu-frontier (H200, 2026-11-27; cold mode, median us; the fastest
     low-bit impl of each row in brackets where it is not cuda_gemv_mma; int4 M = 16 measured again with gemv_mma's
-    row tiles, the same day):
+    row tiles and padded partial sums, the same day):
 
         weight, M               cuda_gemv_mma  triton_auto  bf16 F.linear
         int4 4096x4096, 1             8.6         21.4         14.5
-        int4 4096x4096, 16           11.9         54.8         14.6    [2 row tiles a block; 12.1 with 1]
+        int4 4096x4096, 16           10.7         18.4         14.5    [2 row tiles a block; 12.1 with 1]
         int4 14336x4096, 1           18.8         41.6         33.5
-        int4 14336x4096, 16          26.2         39.0         33.5    [2 row tiles; 36.0 with 1]
+        int4 14336x4096, 16          22.6        111.6         33.5    [2 row tiles; 36.0 with 1]
         int4 4096x14336, 1           18.1         41.2         32.1
-        int4 4096x14336, 16          26.4         42.2         32.9    [2 row tiles; 28.0 with 1]
+        int4 4096x14336, 16          25.3         42.2         32.8    [2 row tiles; 28.0 with 1]
         int8 4096x4096, 1            11.1         11.2         14.4
         int8 14336x4096, 1           25.6         25.6         33.3    [cuda_gemv 23.0]
         int8 4096x14336, 1           26.2        167.4         31.9
