@@ -439,3 +439,36 @@ def test_lowbit_linear_compiles_fullgraph_on_gpu() -> None:
     for m in (1, 16, 300):
         x = torch.randn(m, 4096, device="cuda", dtype=torch.bfloat16)
         torch.testing.assert_close(compiled(x), layer(x))
+
+
+def test_the_gemm_never_offers_8_bit_codes_the_config_that_computed_them_wrong(cpu_process) -> None:
+    from kernelkit.ops.lowbit import launch
+
+    tk = launch.triton_kernels.load()
+    wrong = tk.WRONG_FOR_INT8
+    shapes = [(c.kwargs, c.num_warps, c.num_stages) for c in tk.GEMM_CONFIGS]
+    assert wrong in shapes  # still in the list: int4 takes it
+    for named, extra in (({"BITS": 8}, {}), ({}, {"BITS": 8})):  # positional or keyword, as the autotuner passes
+        kept = tk.prune_gemm_configs(tk.GEMM_CONFIGS, named, **extra)
+        assert len(kept) == len(shapes) - 1 and wrong not in [(c.kwargs, c.num_warps, c.num_stages) for c in kept]
+    assert tk.prune_gemm_configs(tk.GEMM_CONFIGS, {"BITS": 4}) == tk.GEMM_CONFIGS
+    assert tk.lowbit_gemm_kernel.early_config_prune is tk.prune_gemm_configs
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_every_gemm_config_offered_to_8_bit_codes_is_right_on_gpu(dtype: torch.dtype) -> None:
+    from kernelkit import verify
+    from kernelkit.ops.lowbit import launch
+
+    tk = launch.triton_kernels.load()
+    kernel, configs = tk.lowbit_gemm_kernel, list(tk.lowbit_gemm_kernel.configs)
+    args = tuple(lowbit.linear_w8.make_inputs((2048, 4096, 4096), dtype, torch.device("cuda"), 0))
+    expected = lowbit.linear_w8.reference(*[verify.to_reference_precision(a) for a in args]).float()
+    try:
+        for config in tk.prune_gemm_configs(configs, {"BITS": 8}):
+            kernel.configs, kernel.cache = [config], {}
+            y = lowbit.linear_w8.impls["triton_gemm"].fn(*args).float()
+            assert torch.isfinite(y).all() and ((y - expected).abs() <= 0.02 * (1 + expected.abs())).all(), config
+    finally:
+        kernel.configs, kernel.cache = configs, {}
