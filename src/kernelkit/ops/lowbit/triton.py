@@ -63,6 +63,7 @@ def prune_gemm_configs(configs: list[triton.Config], named_args: dict, **kwargs:
     return [c for c in configs
             if (c.kwargs, c.num_warps, c.num_stages) != (wrong_kwargs, wrong_warps, wrong_stages)]
 
+
 def chunk_words(bits: int, group_size: int, block_k: int) -> int:
     """Words of a K tile that share one scale in the tensor-core kernels: a group's words, or the tile's when
     groups are longer or per-channel (GROUP_SIZE 0). Computed here, not in the kernel: ``min`` of constexprs is
