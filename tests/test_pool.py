@@ -5,6 +5,8 @@ the run fails before its first case; a spread run starts one per slot."""
 from __future__ import annotations
 
 import multiprocessing
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -81,3 +83,31 @@ def test_an_unchecked_run_in_this_process_starts_no_worker(spawned):
 def test_a_strict_check_takes_it_as_the_fast_path_does(spawned):
     report = kk.check(PLANTED, impls=["eager_correct"], device="cpu")
     assert report.ok and report.strict and spawned == [("cpu", {})]
+
+
+class _SlowToAnswer:
+    """A held worker's process whose liveness check yields the thread: the moment another slot's take runs."""
+
+    def is_alive(self) -> bool:
+        time.sleep(0.0005)
+        return True
+
+
+def test_two_slots_taking_at_once_never_get_the_same_worker(monkeypatch):
+    # A spread run's slots take their workers from their own threads at the same moment; both keys are the same on
+    # the CPU ({}). A worker handed to two slots crosses their jobs' answers: a result goes missing.
+    held = [pool.Held(pool.key_of("cpu", {}), _SlowToAnswer(), None, "", True) for _ in range(8)]
+    monkeypatch.setattr(pool, "_early", list(held))
+    taken: list[pool.Held | None] = []
+    start = threading.Barrier(8)
+
+    def slot() -> None:
+        start.wait()
+        taken.append(pool.take(pool.key_of("cpu", {})))
+
+    threads = [threading.Thread(target=slot) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert sorted(map(id, taken)) == sorted(map(id, held)) and not pool._early

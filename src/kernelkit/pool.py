@@ -4,7 +4,8 @@ target and plans the run (``started_early``), or parked between the runs of one 
 A worker's start is seconds (torch's import, then triton's and CUDA's), and so is opening a target: a KernelBench
 level's hundred problem files, each read on the meta device for its size and cost. Started early, the two overlap.
 ``runner.Worker`` takes a held worker of its device and environment before it spawns one of its own; one never
-taken is killed, with what it started, when its block ends.
+taken is killed, with what it started, when its block ends. A spread run's slots take theirs from their own
+threads at once, so the lists are changed only under ``_lock``: two slots never get the same worker.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import multiprocessing.connection
 import tempfile
+import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from multiprocessing.process import BaseProcess
@@ -48,24 +50,27 @@ class Relog:
 
 _parked: list[Held] | None = None  # inside reuse_workers(): workers kept between runs; None outside it
 _early: list[Held] = []  # workers started by started_early() blocks, not yet taken
+_lock = threading.Lock()  # guards both lists: runner.Worker takes and parks from any thread
 
 
 def take(key: Key) -> Held | None:
     """A live held worker for ``key``: a parked one first (warm), else an early one (maybe still starting)."""
-    for pool in (_parked or [], _early):
-        for n, held in enumerate(pool):
-            if held.key == key and held.process.is_alive():
-                del pool[n]
-                return held
+    with _lock:
+        for pool in (_parked or [], _early):
+            for n, held in enumerate(pool):
+                if held.key == key and held.process.is_alive():
+                    del pool[n]
+                    return held
     return None
 
 
 def park(held: Held) -> bool:
     """Keep ``held`` for this process's next run, inside reuse_workers(); False outside it (the caller ends it)."""
-    if _parked is None:
-        return False
-    _parked.append(held)
-    return True
+    with _lock:
+        if _parked is None:
+            return False
+        _parked.append(held)
+        return True
 
 
 def end(held: Held, wait: float = 5.0) -> None:
@@ -114,10 +119,13 @@ def started_early(spawn: Spawn, device: str, envs: Sequence[Mapping[str, str]]) 
                 log = str(Path(tmp) / f"worker-{n}.log")
                 process, conn = spawn(device, env, log)
                 ours.append(Held(key_of(device, env), process, conn, log, ready=False))
-            _early.extend(ours)
+            with _lock:
+                _early.extend(ours)
             yield
         finally:
-            for held in ours:
-                if held in _early:
+            with _lock:
+                left = [held for held in ours if held in _early]
+                for held in left:
                     _early.remove(held)
-                    end(held, wait=0)
+            for held in left:
+                end(held, wait=0)
