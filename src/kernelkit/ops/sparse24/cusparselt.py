@@ -132,8 +132,8 @@ def semi_structured(w: torch.Tensor, cutlass: bool = False) -> torch.Tensor:
 
 def compressed_shape(w: torch.Tensor) -> tuple[int, int]:
     """Shape of torch._cslt_compress(w) for a 16-bit w (N, K) on sm_90: N rows, whole columns enough for the kept
-    half and the metadata (N K / 8 bytes over N padded to 64 and K to 32, the whole rounded up to 512 bytes): 9K/16
-    where N and K are multiples of 64.
+    half and the metadata (N K / 8 bytes over N padded to 64 and K to 32, rounded up to 512 bytes): 9K/16 where N
+    and K are multiples of 64.
     PyTorch allocates so; torch's matmul reads N from the rows (layout.py has the layout)."""
     return layout.compressed_shape(*w.shape)
 

@@ -8,7 +8,9 @@ seven shapes on an H200; tests/fixtures/cusparselt holds what the library wrote)
   columns (a padded row's groups read 0xE: positions 2 and 3). A band of 64 rows is 8 Kp bytes; in it, each 32
   columns are a 256-byte tile. In a tile, the byte of row 16a + l and group g (of the 8) holds row 16a + l in its
   low nibble and row 16a + 8 + l in its high one, at byte 4 (16a + 2l + (g // 2) % 2) + 2 (g % 2) + g // 4;
-- the whole rounded up to 512 bytes (the library leaves that tail unwritten).
+- the metadata's size rounded up to 512 bytes (the library leaves that tail unwritten). The metadata starts right
+  after the values, which need not be a multiple of 512 bytes: a 48x80 weight is 3840 bytes of values and 1024 of
+  metadata (768 written), 4864 in all, where rounding the whole would give 5120 (torch gave it 48 x 51 on an H200).
 
 A group with fewer than two nonzeros keeps its nonzeros and the highest positions left (all zero: 2 and 3). A
 group with more than two nonzeros is not 2:4: prune first. ``layout_reference`` is the specification of the Triton
@@ -21,7 +23,7 @@ import torch
 
 ROWS = 64  # the metadata covers the rows padded to a multiple of this (a band)
 COLS = 32  # ... and the columns padded to a multiple of this (a tile)
-ALIGN = 512  # the compressed size is a multiple of this many bytes
+ALIGN = 512  # the metadata's size is a multiple of this many bytes
 EMPTY = 0xE  # the nibble of a group with no nonzero: positions 2 and 3
 
 
@@ -29,14 +31,20 @@ def padded(n: int, multiple: int) -> int:
     return -(-n // multiple) * multiple
 
 
+def metadata_bytes(n_rows: int, n_cols: int) -> int:
+    """Bytes of metadata written for a 16-bit (n_rows, n_cols) weight: 4 bits a group over the padded weight."""
+    return padded(n_rows, ROWS) * padded(n_cols, COLS) // 8
+
+
 def written_bytes(n_rows: int, n_cols: int) -> int:
     """Bytes of a 16-bit (n_rows, n_cols) weight's compressed form that are written: values, then the metadata."""
-    return n_rows * n_cols + padded(n_rows, ROWS) * padded(n_cols, COLS) // 8
+    return n_rows * n_cols + metadata_bytes(n_rows, n_cols)
 
 
 def compressed_bytes(n_rows: int, n_cols: int) -> int:
-    """cuSPARSELt's compressed size (cusparseLtSpMMACompressedSize2) of a 16-bit (n_rows, n_cols) weight."""
-    return padded(written_bytes(n_rows, n_cols), ALIGN)
+    """cuSPARSELt's compressed size (cusparseLtSpMMACompressedSize2) of a 16-bit (n_rows, n_cols) weight: the
+    values, then the metadata rounded up to ALIGN bytes."""
+    return n_rows * n_cols + padded(metadata_bytes(n_rows, n_cols), ALIGN)
 
 
 def _kept_positions(groups: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
