@@ -1,7 +1,7 @@
 """cuSPARSELt's compressed form of a 2:4 fp16/bf16 weight on sm_90: its size and its bytes, in plain PyTorch.
 
-The layout, as cuSPARSELt 0.8 writes it on sm_90 for fp16 and bf16 (read back from its output, byte for byte, at
-seven shapes on an H200; tests/fixtures/cusparselt holds what the library wrote):
+The layout, as cuSPARSELt 0.8 writes it on sm_90 for fp16 and bf16 (read back from its output, byte for byte, on
+an H200; tests/fixtures/cusparselt holds what the library wrote for three shapes, and a GPU test compares ten):
 
 - values: the two kept elements of each group of four, in order, row-major: an (N, K/2) matrix, N K bytes;
 - then metadata: 4 bits a group, ``i | j << 2`` for kept positions i < j, over N padded to 64 rows and K to 32
@@ -80,7 +80,7 @@ def layout_reference(w: torch.Tensor) -> torch.Tensor:
     nibbles = torch.full((rows_p, cols_p // 4), EMPTY, dtype=torch.int64, device=w.device)
     nibbles[:n_rows, : n_cols // 4] = first | (second << 2)
     byte, high = metadata_offsets(rows_p, cols_p, w.device)
-    meta = torch.zeros(rows_p * cols_p // 8, dtype=torch.int64, device=w.device)  # written_bytes - N K
+    meta = torch.zeros(metadata_bytes(n_rows, n_cols), dtype=torch.int64, device=w.device)
     meta.index_add_(0, byte.flatten(), (nibbles << (4 * high)).flatten())  # rows l and l + 8 share a byte
     out = _allocate(w)
     flat = out.view(torch.uint8).reshape(-1)
