@@ -14,7 +14,7 @@ SRC = Path(kernelkit.__file__).resolve().parent
 # Top to bottom: a module may import from its own layer and the layers below it. The same order, with what each
 # layer is, is the package map in kernelkit/__init__.py.
 LAYERS = [
-    ["cli", "__main__", "_entry"],
+    ["cli", "__main__", "_entry", "supervise"],
     ["demo", "__init__"],
     ["runs"],
     ["scale"],

@@ -13,7 +13,7 @@ import torch
 
 import kernelkit as kk
 from kernelkit import verify
-from kernelkit.jobs import guards
+from kernelkit.jobs import guards, seal
 from kernelkit.jobs.strict_worker import pack, unpack
 from kernelkit.ops import BUILTIN_OPS
 from kernelkit.results import Status
@@ -185,11 +185,32 @@ def test_guarded_zeros_stay_zeros():
 
 
 def test_the_seal_names_what_was_replaced(monkeypatch):
-    seal = guards.Seal.take()
-    assert seal.tampered() == []
+    sealed = seal.Seal.take()
+    assert sealed.tampered() == []
     monkeypatch.setattr(torch, "allclose", lambda *a, **k: True)
     monkeypatch.setattr(verify, "compare", lambda *a, **k: None)
-    assert set(seal.tampered()) == {"torch.allclose", "kernelkit.verify.compare"}
+    assert set(sealed.tampered()) == {"torch.allclose", "kernelkit.verify.compare"}
+
+
+def _says_yes(*args, **kwargs):
+    return True
+
+
+@pytest.mark.parametrize("part", ["__code__", "__defaults__", "__kwdefaults__"])
+def test_the_seal_sees_a_function_rewritten_in_place(monkeypatch, part):
+    # The same object doing something else: identity alone would call it untouched.
+    sealed = seal.Seal.take()
+    value = {"__code__": _says_yes.__code__, "__defaults__": (1.0,), "__kwdefaults__": {"x": 1}}[part]
+    monkeypatch.setattr(verify.passes, part, value)
+    assert sealed.tampered() == ["kernelkit.verify.passes"]
+
+
+def test_the_seal_sees_a_method_rewritten_in_place(monkeypatch):
+    sealed = seal.Seal.take()
+    monkeypatch.setattr(seal.Seal.take.__func__, "__code__", _says_yes.__code__)  # a classmethod's function
+    assert sealed.tampered() == ["kernelkit.jobs.seal.Seal.take"]
+    monkeypatch.undo()
+    assert sealed.tampered() == []
 
 
 def test_a_one_element_output_is_not_weak_by_construction():

@@ -27,13 +27,12 @@ from __future__ import annotations
 import inspect
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import torch
-import yaml
 from torch.overrides import TorchFunctionMode
 
 from kernelkit.errors import BackendUnavailable, CompileError, InputError, LoadError, SpecError, describe_exception
@@ -48,6 +47,7 @@ from kernelkit.formats.task_data import (
     spread,
     to_device,
 )
+from kernelkit.formats.task_yml import read_task_yml
 from kernelkit.spec import DTYPE_NAMES, TOLERANCES, Impl, Op, Size, dtype_name
 
 __all__ = ["ShapeCodec", "Task", "clone_data", "combine_seed", "is_task", "load_task", "read_task_yml", "task_op"]
@@ -58,7 +58,9 @@ HARNESS_FILES = ("eval.py",)  # the task's evaluator: not needed to load the tas
 
 @dataclass
 class Task:
-    """A GPU MODE task directory, imported; ``submission_error`` says why the submission did not load."""
+    """A GPU MODE task directory with its reference imported. The submission is imported only when asked for
+    (``load_submission``: in the worker that runs it), never in the process that judges it; ``submission_error``
+    says why it did not load."""
 
     directory: Path
     spec: dict[str, Any]
@@ -66,6 +68,8 @@ class Task:
     submission: ModuleType | None = None
     submission_path: Path | None = None
     submission_error: str = ""
+    aliases: dict[str, Path] = field(default_factory=dict)  # the plain module names the task's files import
+    imported: dict[Path, ModuleType] = field(default_factory=dict)  # the task's files already executed
 
     @property
     def name(self) -> str:
@@ -79,13 +83,32 @@ class Task:
     def benchmarks(self) -> list[dict[str, Any]]:
         return list(self.spec.get("benchmarks") or [])
 
+    def load_submission(self) -> ModuleType | None:
+        """Import the submission (once), under the task's plain names; None with ``submission_error`` set when it
+        fails to import or defines no custom_kernel."""
+        if self.submission is not None or self.submission_error or self.submission_path is None:
+            return self.submission
+        with aliased_imports(self.aliases, "gpumode") as session:
+            session.loaded.update(self.imported)  # the reference and what it imported: executed once, shared
+            try:
+                module = session.load(self.submission_path)
+            except LoadError as exc:
+                self.submission_error = str(exc)
+                return None
+        if not callable(getattr(module, "custom_kernel", None)):
+            self.submission_error = f"{self.submission_path} defines no custom_kernel(data)"
+            return None
+        self.submission = module
+        return module
+
 
 def is_task(directory: Path) -> bool:
     return directory.is_dir() and (directory / "task.yml").is_file()
 
 
 def load_task(directory: str | Path, submission: str | Path | None = None) -> Task:
-    """Import a task's reference (and its submission: ``submission`` or the task's own submission.py)."""
+    """Import a task's reference; its submission (``submission`` or the task's own submission.py) is only found
+    here, and imported by ``Task.load_submission`` where it runs."""
     directory = Path(directory).resolve()
     if not is_task(directory):
         raise LoadError(f"{directory} is not a GPU MODE task: it has no task.yml")
@@ -103,63 +126,9 @@ def load_task(directory: str | Path, submission: str | Path | None = None) -> Ta
         if missing:
             raise LoadError(f"{aliases['reference']} defines no {', '.join(missing)}: a GPU MODE reference defines "
                             "ref_kernel, generate_input and check_implementation")
-        task = Task(directory, spec, reference, submission_path=sub_path)
-        if sub_path is not None:
-            try:
-                task.submission = session.load(sub_path)
-                if not callable(getattr(task.submission, "custom_kernel", None)):
-                    task.submission_error = f"{sub_path} defines no custom_kernel(data)"
-            except LoadError as exc:
-                task.submission_error = str(exc)
+        task = Task(directory, spec, reference, submission_path=sub_path, aliases=dict(aliases),
+                    imported=dict(session.loaded))
     return task
-
-
-SPEC_LISTS = ("files", "tests", "benchmarks")  # task.yml keys kernelkit reads: each a list of mappings
-
-
-def read_task_yml(path: Path) -> dict[str, Any]:
-    """task.yml as a dict (YAML's safe subset). LoadError names the file and what is wrong: unreadable, not YAML,
-    not a mapping, or a files/tests/benchmarks entry that is not a mapping."""
-    try:
-        with open(path, "rb") as stream:  # bytes: PyYAML detects the encoding and names the file in its marks
-            spec = yaml.safe_load(stream)
-    except OSError as exc:
-        raise LoadError(f"{path}: cannot read it: {exc.strerror or exc}") from None
-    except yaml.YAMLError as exc:
-        raise LoadError(f"{path}{_yaml_where(exc)}: not valid YAML: {_yaml_problem(exc)}") from None
-    if spec is None:  # empty, or comments only
-        return {}
-    if not isinstance(spec, dict):
-        raise LoadError(f"{path}: not a GPU MODE task: its top level is a {type(spec).__name__}, not a mapping of "
-                        f"keys such as {', '.join(SPEC_LISTS)}")
-    for key in SPEC_LISTS:
-        entries = spec.get(key)
-        if entries is None:
-            continue
-        if not isinstance(entries, list):
-            raise LoadError(f"{path}: {key} must be a list of mappings, got a {type(entries).__name__}")
-        for n, entry in enumerate(entries, 1):
-            if not isinstance(entry, dict):
-                raise LoadError(f"{path}: entry {n} of {key} is {entry!r}, not a mapping such as "
-                                f"{{\"size\": 127, \"seed\": 4242}}")
-    return spec
-
-
-def _yaml_where(exc: yaml.YAMLError) -> str:
-    mark = getattr(exc, "problem_mark", None)
-    return f":{mark.line + 1}:{mark.column + 1}" if mark is not None else ""
-
-
-def _yaml_problem(exc: yaml.YAMLError) -> str:
-    if isinstance(exc, yaml.reader.ReaderError):  # its own text calls an undecodable byte a character
-        if exc.encoding == "unicode":  # decoded: a control character
-            return f"character #x{exc.character:04x} at position {exc.position} is not allowed in YAML"
-        return f"not {exc.encoding} text (at byte {exc.position}: {exc.reason})"
-    problem = getattr(exc, "problem", None)
-    if not problem:
-        return str(exc)
-    context = getattr(exc, "context", None)
-    return f"{problem} ({context})" if context else problem
 
 
 def _task_files(directory: Path, spec: dict[str, Any]) -> dict[str, Path]:
@@ -311,19 +280,23 @@ def generate(task: Task, spec: dict[str, Any], seed: int, device: torch.device) 
 
 
 def _submission_impl(task: Task, call: Callable[..., Callable[..., Any]]) -> Impl:
+    """The submission's custom_kernel, imported at its first call (in the worker that runs it): a submission's
+    import-time code never runs in the process that judges it. One that fails to import raises CompileError."""
     path = task.submission_path
     assert path is not None
-    if task.submission_error:
-        message = task.submission_error
 
-        def failed(*items: Any) -> Any:
-            raise CompileError(f"the submission did not load: {message}")
+    def custom_kernel(data: Any) -> Any:
+        module = task.load_submission()
+        if module is None:
+            raise CompileError(f"the submission did not load: {task.submission_error}")
+        return module.custom_kernel(data)
 
-        return Impl("submission", "eager", failed, description=f"custom_kernel of {path.name} (failed to load)")
-    text = path.read_text(errors="replace")
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        text = ""
     backend = "triton" if re.search(r"^\s*(import|from)\s+triton\b", text, re.M) else "eager"
-    assert task.submission is not None
-    return Impl("submission", backend, call(task.submission.custom_kernel), description=f"custom_kernel of {path.name}")
+    return Impl("submission", backend, call(custom_kernel), description=f"custom_kernel of {path.name}")
 
 
 def dtype_label(generate_input: Callable[..., Any]) -> torch.dtype:

@@ -31,48 +31,56 @@ unless the problem file (get_flops, get_bytes) or the caller (problem_op's flops
 
 from __future__ import annotations
 
-import inspect
 import re
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
-from dataclasses import dataclass
+from collections.abc import Sequence
 from pathlib import Path
-from types import ModuleType
-from typing import Any, Literal
+from typing import Any
 
 import torch
 
 from kernelkit.deadline import Expired, deadline
 from kernelkit.errors import CompileError, LoadError, SpecError
 from kernelkit.formats._imports import import_file
+from kernelkit.formats.kernelbench_models import (  # the models' side, named here too (a problem's one API)
+    KERNELBENCH_SEED as KERNELBENCH_SEED,
+)
+from kernelkit.formats.kernelbench_models import (
+    STOCHASTIC_SEED as STOCHASTIC_SEED,
+)
+from kernelkit.formats.kernelbench_models import (
+    InputsOn as InputsOn,
+)
+from kernelkit.formats.kernelbench_models import (
+    Models as Models,
+)
+from kernelkit.formats.kernelbench_models import (
+    Problem as Problem,
+)
+from kernelkit.formats.kernelbench_models import (
+    cuda_indices as cuda_indices,
+)
+from kernelkit.formats.kernelbench_models import (
+    draws_in_forward as draws_in_forward,
+)
+from kernelkit.formats.kernelbench_models import (
+    held_bytes as held_bytes,
+)
+from kernelkit.formats.kernelbench_models import (
+    move as move,
+)
+from kernelkit.formats.kernelbench_models import (
+    seeded as seeded,
+)
 from kernelkit.measure.count import counted
 from kernelkit.spec import CostFn, Impl, Op, Size
 
-KERNELBENCH_SEED = 42  # eval_kernel_against_ref(seed_num=42)
 KERNELBENCH_TRIALS = 5  # scripts/eval_from_generations.py: num_correct_trials = 5
 # get_tolerance_for_precision (atol = rtol) at 423217d. KernelBench v0 and v0.1 (the paper's fast_p figures)
 # used 1e-2 for fp32: pass tolerance=KERNELBENCH_V01_TOLERANCE to reproduce those.
 KERNELBENCH_TOLERANCE: dict[torch.dtype, float] = {torch.float32: 1e-4, torch.float16: 1e-2, torch.bfloat16: 1e-2}
 KERNELBENCH_V01_TOLERANCE = 1e-2
-STOCHASTIC_SEED = 1234  # the seed every call of a model with active dropout starts from
-InputsOn = Literal["cpu", "device"]
 SHAPE_READ_S = 10.0  # reading the size label off get_inputs() on the meta device: it makes no data, so it is quick
 _GENERATED = re.compile(r"level_\d+_problem_(\d+)_sample_(\d+)_kernel\.py$")  # KernelBench's generated samples
-
-
-@dataclass
-class Problem:
-    """A KernelBench problem file, imported under a module name of its own."""
-
-    path: Path
-    module: ModuleType
-    model: type
-    get_inputs: Callable[[], Sequence[Any]]
-    get_init_inputs: Callable[[], Sequence[Any]]
-
-    @property
-    def name(self) -> str:
-        return self.path.stem
 
 
 def looks_like_problem(path: Path) -> bool:
@@ -103,152 +111,6 @@ def load_solution(path: str | Path) -> type:
     if not isinstance(model_new, type):
         raise LoadError(f"{path} defines no ModelNew class: a KernelBench solution defines ModelNew(nn.Module)")
     return model_new
-
-
-@contextmanager
-def seeded(seed: int) -> Iterator[None]:
-    """KernelBench's set_seed(seed) for the block; the CPU generator's state is put back afterwards."""
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)  # also seeds the CUDA generators, as set_seed's torch.cuda.manual_seed does
-        yield
-
-
-def cuda_indices(device: torch.device) -> list[int]:
-    """The CUDA generator indices ``fork_rng`` must save for ``device``: none for the CPU."""
-    if device.type != "cuda":
-        return []
-    return [device.index if device.index is not None else torch.cuda.current_device()]
-
-
-def move(value: Any, device: torch.device | str, dtype: torch.dtype | None) -> Any:
-    """A tensor onto ``device``, floating ones cast to ``dtype``; anything else unchanged."""
-    if not isinstance(value, torch.Tensor):
-        return value
-    if dtype is not None and value.is_floating_point():
-        return value.to(device=device, dtype=dtype)
-    return value.to(device=device)
-
-
-_HELD: list[Models] = []  # the problem whose models are built now (at most one: the case a worker runs)
-
-
-def _hold(models: Models) -> None:
-    """``models`` becomes the one problem whose models are kept: another problem's are let go (a worker goes
-    through a level's problems; each one's weights, 4 GiB for a 32768^2 Linear, would stay otherwise)."""
-    for other in _HELD:
-        if other is not models:
-            other._made.clear()
-    _HELD[:] = [models]
-
-
-def held_bytes(device: str) -> int:
-    """Bytes of ``device`` memory the kept models hold (the worker's own cache between the cases of a problem,
-    not memory a case left behind)."""
-    tensors = [t for models in _HELD for model in models._made.values() if isinstance(model, torch.nn.Module)
-               for t in (*model.parameters(), *model.buffers()) if t.device.type == device]
-    return sum({t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for t in tensors}.values())
-
-
-class Models:
-    """The models of one problem, built lazily per (role, device, dtype) the way KernelBench builds them."""
-
-    def __init__(self, problem: Problem, precision: torch.dtype, build_on: InputsOn = "cpu") -> None:
-        self.problem = problem
-        self.precision = precision
-        self.build_on = build_on
-        self._init: list[Any] | None = None
-        self._made: dict[tuple[str, str, torch.dtype], torch.nn.Module] = {}
-        self._stochastic: bool | None = None
-
-    def init_inputs(self) -> list[Any]:
-        if self._init is None:
-            with seeded(KERNELBENCH_SEED):
-                self._init = list(self.problem.get_init_inputs())
-        return self._init
-
-    def get(self, role: str, cls: type, device: torch.device, dtype: torch.dtype) -> torch.nn.Module:
-        key = (role, str(device), dtype)
-        if key not in self._made:
-            if device.type != "meta":
-                _hold(self)
-            init = [move(x, device, dtype) for x in self.init_inputs()]
-            model = self._build(cls, init, device)
-            self._made[key] = model.to(device=device, dtype=dtype) if isinstance(model, torch.nn.Module) else model
-        return self._made[key]
-
-    def _build(self, cls: type, init: list[Any], device: torch.device) -> Any:
-        """``cls(*init)`` from KernelBench's seed: on the meta device there (FLOPs counted from shapes, no weights);
-        on the case's device with build_on="device" (a 32768x32768 Linear initialises in milliseconds there and in
-        ~13 s on one CPU core), falling back to the CPU where the constructor cannot run on the device; else on the
-        CPU, as KernelBench builds."""
-        here = device.type == "meta" or (self.build_on == "device" and device.type != "cpu")
-        if here:
-            try:
-                with torch.no_grad(), torch.random.fork_rng(devices=cuda_indices(device)), torch.device(device):
-                    torch.manual_seed(KERNELBENCH_SEED)
-                    return cls(*init)
-            except Exception:  # noqa: BLE001 - a constructor that needs the CPU (numpy, .item()) is built there
-                if device.type == "meta":
-                    raise
-        with torch.no_grad(), seeded(KERNELBENCH_SEED):
-            return cls(*init)
-
-    def stochastic(self, device: torch.device) -> bool:
-        """Whether the reference's output depends on the RNG: an active Dropout, or a random draw in forward
-        (some problems draw their initial hidden state there)."""
-        if self._stochastic is None:
-            model = self.get("reference", self.problem.model, device, self.precision)
-            self._stochastic = draws_in_forward(self.problem.model) or (isinstance(model, torch.nn.Module) and any(
-                isinstance(m, torch.nn.modules.dropout._DropoutNd) and m.p > 0 and m.training for m in model.modules()
-            ))
-        return self._stochastic
-
-    def runner(self, role: str, cls: type) -> Callable[..., Any]:
-        """A function of the inputs that calls model ``cls`` (built for the inputs' device and dtype)."""
-
-        def run(*inputs: Any) -> Any:
-            device, dtype = _placement(inputs, self.precision)
-            if not self.stochastic(device):
-                with torch.no_grad():
-                    return self.get(role, cls, device, dtype)(*inputs)
-            # float64 masks differ from float32 ones: a random model's reference runs at the problem's precision
-            low = dtype == torch.float64 and self.precision != torch.float64
-            args = [move(x, device, self.precision) for x in inputs] if low else list(inputs)
-            with torch.no_grad(), torch.random.fork_rng(devices=cuda_indices(device)):
-                torch.manual_seed(STOCHASTIC_SEED)
-                out = self.get(role, cls, device, self.precision if low else dtype)(*args)
-            return _cast_outputs(out, torch.float64) if low else out
-
-        run.__name__ = f"{self.problem.name}_{role}"
-        return run
-
-
-# Random draws in forward's text; a Dropout module is found on the model itself (only when p > 0).
-_RANDOM_CALL = re.compile(r"\b(rand|randn|randint|randperm|rand_like|randn_like|randint_like|bernoulli|"
-                          r"multinomial|normal_|uniform_|F\.dropout|functional\.dropout)\b")
-
-
-def draws_in_forward(cls: type) -> bool:
-    """Whether ``cls.forward``'s source calls a random function (read from the text; False when there is none)."""
-    try:
-        source = inspect.getsource(cls.forward)
-    except (OSError, TypeError, AttributeError):
-        return False
-    code = "\n".join(line.split("#", 1)[0] for line in source.splitlines())
-    return bool(_RANDOM_CALL.search(code))
-
-
-def _placement(inputs: Sequence[Any], default: torch.dtype) -> tuple[torch.device, torch.dtype]:
-    tensors = [x for x in inputs if isinstance(x, torch.Tensor)]
-    device = tensors[0].device if tensors else torch.device("cpu")
-    floating = [x.dtype for x in tensors if x.is_floating_point()]
-    return device, floating[0] if floating else default
-
-
-def _cast_outputs(out: Any, dtype: torch.dtype) -> Any:
-    if isinstance(out, (tuple, list)):
-        return type(out)(_cast_outputs(o, dtype) for o in out)
-    return out.to(dtype) if isinstance(out, torch.Tensor) and out.is_floating_point() else out
 
 
 def input_shape(problem: Problem) -> Size:
@@ -321,16 +183,23 @@ def _declared(problem: Problem, name: str) -> CostFn | None:
 
 
 def _solution_impl(path: Path, models: Models) -> Impl:
+    """ModelNew of ``path``, imported at the impl's first call (in the worker that runs it): a solution's
+    import-time code never runs in the process that makes the references and judges. One that fails to import
+    raises CompileError (KernelBench's "compiled: false")."""
+    loaded: list[type] = []
+
+    def model_new() -> type:
+        if not loaded:
+            try:
+                loaded.append(load_solution(path))
+            except LoadError as exc:
+                raise CompileError(f"the solution did not load: {exc}") from None
+        return loaded[0]
+
     try:
-        model_new = load_solution(path)
-    except LoadError as exc:
-        message = str(exc)
-
-        def failed(*inputs: Any) -> Any:
-            raise CompileError(f"the solution did not load: {message}")
-
-        return Impl("solution", "eager", failed, description=f"ModelNew of {path.name} (failed to load)")
-    text = path.read_text(errors="replace")
+        text = path.read_text(errors="replace")
+    except OSError:
+        text = ""
     backend = "triton" if re.search(r"^\s*(import|from)\s+triton\b", text, re.M) else "eager"
     return Impl("solution", backend, models.runner("solution", model_new), description=f"ModelNew of {path.name}")
 

@@ -222,9 +222,10 @@ def gpumode_verdict(
 
     secret_seed: eval.py's POPCORN_SEED: combined into every spec's seed, and the global seed instead of 42.
     """
-    if task.submission is None or task.submission_error:
+    submission = task.load_submission()
+    if submission is None:
         return GpuModeVerdict(False, message=task.submission_error or "no submission")
-    ref, kernel = task.reference, task.submission.custom_kernel
+    ref, kernel = task.reference, submission.custom_kernel
     results = []
     with _rng_restored(torch.device("cuda" if torch.cuda.is_available() else "cpu"), python=True):
         seed = secret_seed or 42

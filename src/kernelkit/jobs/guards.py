@@ -1,8 +1,8 @@
 """What strict mode watches in the process that runs an impl: the harness left as it was, allocations fenced
 by canaries, threads and late writes after a call returns, the declared kernels launched.
 
-- ``Seal``: the objects the harness relies on (timers, comparisons, kernelkit's own functions and classes),
-  captured when kernelkit is imported, before any user code; ``tampered()`` names every one replaced since.
+- ``Seal`` (seal.py): the objects the harness relies on, down to their code, captured when kernelkit is
+  imported, before any user code; ``tampered()`` names every one replaced or rewritten since.
 - ``GuardedAllocations``: a dispatch mode that gives every tensor the call allocates through torch.empty and
   its kin a padded allocation, GUARD_BYTES of canary before and after, the tensor's own bytes poisoned
   (all 0xFF: NaN in every float dtype), so a write past either end and a read of memory never written both show.
@@ -16,12 +16,10 @@ by canaries, threads and late writes after a call returns, the declared kernels 
 from __future__ import annotations
 
 import gc
-import importlib
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -31,61 +29,8 @@ GUARD_BYTES = 16 << 10  # canary bytes on each side: more than one Triton block 
 CANARY = 0xA5
 POISON = 0xFF  # NaN in every float dtype; -1 in signed integers
 
-# What the harness calls while it times and judges, by dotted name; kernelkit's own modules are sealed whole.
-HARNESS_NAMES = (
-    "time.perf_counter", "time.perf_counter_ns", "time.monotonic", "time.time", "time.sleep",
-    "torch.equal", "torch.allclose", "torch.isclose", "torch.isnan", "torch.isfinite", "torch.isinf",
-    "torch.testing.assert_close", "torch.cuda.Event", "torch.cuda.synchronize", "torch.cuda.current_stream",
-    "torch.Tensor.__eq__", "torch.Tensor.__ne__", "torch.Tensor.__sub__", "torch.Tensor.abs", "torch.Tensor.to",
-    "torch.Tensor.clone", "torch.Tensor.copy_", "torch.Tensor.cpu", "torch.Tensor.equal", "torch.Tensor.all",
-    "torch.Tensor.any", "torch.Tensor.max", "torch.Tensor.sum", "torch.Tensor.__bool__", "torch.Tensor.__float__",
-    "gc.get_objects", "threading.Thread.start",
-)
 _FACTORIES = {"empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "zeros", "zeros_like",
               "new_zeros"}
-
-
-def _resolve(dotted: str) -> Any:
-    module, _, rest = dotted.partition(".")
-    obj: Any = sys.modules.get(module) or importlib.import_module(module)
-    for part in rest.split("."):
-        obj = getattr(obj, part, None)
-        if obj is None:
-            return None
-    return obj
-
-
-@dataclass
-class Seal:
-    """Identity of every harness object at sealing time; ``tampered()`` lists those that changed since."""
-
-    objects: dict[str, Any] = field(default_factory=dict)
-
-    @classmethod
-    def take(cls) -> Seal:
-        seal = cls({name: _resolve(name) for name in HARNESS_NAMES})
-        for name, module in list(sys.modules.items()):
-            if (name == "kernelkit" or name.startswith("kernelkit.")) and module is not None:
-                for attr, value in list(vars(module).items()):
-                    if callable(value) and not attr.startswith("__"):
-                        seal.objects[f"{name}.{attr}"] = value
-        return seal
-
-    def tampered(self) -> list[str]:
-        """Names whose object is no longer the sealed one (replaced, or deleted)."""
-        changed = []
-        for name, original in self.objects.items():
-            module, _, attr = name.rpartition(".")
-            owner = _resolve(module) if module not in sys.modules else sys.modules[module]
-            now = getattr(owner, attr, None) if owner is not None else None
-            if now is not original:
-                changed.append(name)
-        return changed
-
-
-def describe_tampering(names: Sequence[str], where: str) -> str:
-    shown = ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
-    return f"{where} replaced {shown}: the harness's timers, comparisons and verdicts are not the impl's to change"
 
 
 # ---- guard regions ------------------------------------------------------------------------------------------

@@ -17,14 +17,14 @@ import torch
 
 from kernelkit import backends, verify, wire
 from kernelkit.errors import BackendUnavailable, CompileError, describe_exception
-from kernelkit.jobs import OnBuilt, caught_warnings, guards, kept_sets, unique
+from kernelkit.jobs import OnBuilt, caught_warnings, guards, kept_sets, seal, unique
 from kernelkit.jobs.check import describe_compile_error
 from kernelkit.jobs.kept_sets import fingerprint
 from kernelkit.loading import load
 from kernelkit.results import Status
 from kernelkit.spec import Case, parse_dtype
 
-SEAL = guards.Seal.take()  # before any user code: kernelkit is imported before it loads a user's file
+SEAL = seal.Seal.take()  # before any user code: kernelkit is imported before it loads a user's file
 UNGUARDED_BACKENDS = ("compile",)  # kernelkit's own baseline: torch.compile runs unguarded (dynamo and modes)
 
 

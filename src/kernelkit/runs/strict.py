@@ -34,7 +34,7 @@ import torch
 from kernelkit import values, verify, wire
 from kernelkit.deadline import Expired, deadline
 from kernelkit.errors import BackendUnavailable, InputError, describe_exception
-from kernelkit.jobs import caught_warnings, evidence, guards, unique
+from kernelkit.jobs import caught_warnings, evidence, seal, unique
 from kernelkit.jobs import check as _check_module
 from kernelkit.jobs.evidence import CheckOptions
 from kernelkit.jobs.strict_worker import (
@@ -148,6 +148,9 @@ def strict_case(case: Case, op: Op, device: str, run: Any, tampered_here: Sequen
         result.status, result.message = Status.RUNTIME_ERROR, describe_exception(exc)
     except Expired as exc:
         result.status, result.message = Status.TIMEOUT, judging_timeout(exc.seconds)
+    except SystemExit as exc:  # the op's own code, run here, called exit(): the case fails, the run goes on
+        result.status = Status.RUNTIME_ERROR
+        result.message = f"the op's own code (its inputs or reference, run here) called exit({exc.code!r})"
     result.warnings = unique([*result.warnings, *notices])
     result.seconds = time.perf_counter() - start
     return result
@@ -164,7 +167,7 @@ def _strict(result: CaseResult, case: Case, op: Op, device: str, run: Any, tampe
             probes: bool, timeout: float | None, options: CheckOptions) -> None:
     if tampered_here:
         result.status = Status.CHEATED
-        result.message = guards.describe_tampering(list(tampered_here), "loading the target")
+        result.message = seal.describe_tampering(list(tampered_here), "loading the target")
         return
     clock = time.perf_counter()
     prepared = prepare(op, case, device, probes, timeout)
@@ -187,7 +190,7 @@ def _strict(result: CaseResult, case: Case, op: Op, device: str, run: Any, tampe
     result.details.update(reply.details)
     if reply.tampered:
         result.status = Status.CHEATED
-        result.message = guards.describe_tampering(reply.tampered, "the impl's module or call")
+        result.message = seal.describe_tampering(reply.tampered, "the impl's module or call")
         return
     if reply.status is not Status.PASSED:
         result.status, result.message = reply.status, reply.message
@@ -196,6 +199,11 @@ def _strict(result: CaseResult, case: Case, op: Op, device: str, run: Any, tampe
     atol, rtol = op.tolerance_for(dtype, prepared.inputs[0])  # the first set's (the weak probes' below)
     with deadline(timeout or 0):  # FLOPs may be counted by running the reference
         result.bytes, result.flops = op.cost(prepared.inputs[0], prepared.los[0])
+    late = target_tampering()  # the op's own code ran here since (its inputs, its reference, its cost)
+    if late:
+        result.status = Status.CHEATED
+        result.message = seal.describe_tampering(late, "the target's own code, run here for its references,")
+        return
     outputs: list[tuple[Any, ...]] = []
     worst: list[Any] = []  # the comparison of each call judged, for the result's errors
     for number, ((which, _), record) in enumerate(zip(plan, reply.calls, strict=False)):

@@ -153,10 +153,10 @@ def set_count(per_set: int, free: int, device: str) -> tuple[int, str]:
 
 def _judge_timed(outcome: StrictBenchOutcome, result: BenchResult, made: Sequence[Any], atol: float,
                  rtol: float) -> tuple[Status, str] | None:
-    from kernelkit.jobs import guards
+    from kernelkit.jobs import seal
 
     if outcome.tampered:
-        return Status.CHEATED, guards.describe_tampering(outcome.tampered, "while timing, the impl")
+        return Status.CHEATED, seal.describe_tampering(outcome.tampered, "while timing, the impl")
     rechecks = outcome.rechecks.get(result.impl, [])
     seen: dict[int, int] = {}
     for n, _, _, ptrs in rechecks:  # every kept output was alive: one storage twice is one answer returned twice

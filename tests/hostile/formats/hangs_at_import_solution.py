@@ -1,0 +1,5 @@
+"""A solution whose import never ends."""
+
+import time
+
+time.sleep(600)
