@@ -62,6 +62,7 @@ def test_ctrl_c_while_the_cli_imports_exits_130_without_a_traceback(monkeypatch,
         return real_import(name, *args, **kwargs)
 
     monkeypatch.delitem(sys.modules, "kernelkit.cli", raising=False)
+    monkeypatch.setenv("KERNELKIT_NO_SUPERVISOR", "1")  # the command itself, in this process
     monkeypatch.setattr(builtins, "__import__", interrupted)
     try:
         _entry.main()

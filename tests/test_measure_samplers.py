@@ -8,7 +8,7 @@ import time
 import pytest
 import torch
 
-from kernelkit.measure import graph, host, samplers, timer
+from kernelkit.measure import bound, graph, host, samplers, timer
 from kernelkit.measure.graph import GraphSampler, copies_needed, graph_calls
 from kernelkit.measure.samplers import CPU_EVICTION_CAP, FLUSH_FACTOR
 
@@ -211,7 +211,8 @@ class _HostEvent:
 
 @pytest.fixture
 def host_events(monkeypatch):
-    monkeypatch.setattr(torch.cuda, "Event", _HostEvent)
+    monkeypatch.setattr(bound, "Event", _HostEvent)  # the samplers' own binding (measure/bound.py)
+    monkeypatch.setattr(bound, "event_methods", lambda: (_HostEvent.record, _HostEvent.elapsed_time))
     monkeypatch.setattr(torch.cuda, "current_stream", lambda *a, **k: None)
     monkeypatch.setattr(torch.cuda, "synchronize", lambda *a, **k: None)
 

@@ -51,9 +51,10 @@ def _import_file(path: str) -> object:
         del sys.modules[name]
         line = (exc.text or "").strip()
         raise LoadError(f"syntax error in {exc.filename}:{exc.lineno}: {exc.msg}\n    {line}") from None
-    except Exception as exc:
+    except (Exception, SystemExit) as exc:  # exit() at import is a failed import, never the command's exit
         del sys.modules[name]
         frames = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename == path]
         where = f" (line {frames[-1].lineno})" if frames else ""
-        raise LoadError(f"importing {path} failed{where}: {type(exc).__name__}: {exc}") from None
+        what = f"called exit({exc.code!r})" if isinstance(exc, SystemExit) else f"{type(exc).__name__}: {exc}"
+        raise LoadError(f"importing {path} failed{where}: {what}") from None
     return module

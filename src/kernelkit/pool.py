@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import multiprocessing.connection
+import os
 import tempfile
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -129,3 +130,19 @@ def started_early(spawn: Spawn, device: str, envs: Sequence[Mapping[str, str]]) 
                     _early.remove(held)
             for held in left:
                 end(held, wait=0)
+
+
+LOG_TAIL_CHARS = 4000
+LOG_READ_BYTES = 4 * LOG_TAIL_CHARS  # the most of a worker's log ever read: its tail, however much was printed
+
+
+def log_tail(log_path: str, offset: int) -> str:
+    """The tail of what a worker printed (its log) since ``offset``: at most LOG_READ_BYTES are read, however much."""
+    try:
+        with open(log_path, "rb") as f:
+            end = f.seek(0, os.SEEK_END)
+            f.seek(max(offset, end - LOG_READ_BYTES))
+            text = f.read(LOG_READ_BYTES).decode(errors="replace")
+    except OSError:
+        return ""
+    return text[-LOG_TAIL_CHARS:]

@@ -34,16 +34,16 @@ from kernelkit.deadline import BUILD_TIMEOUT_ENV, build_timeout
 from kernelkit.errors import describe_exception
 from kernelkit.jobs import Job, JobResult, poisoned, progress, warn
 from kernelkit.jobs.check import kept_bytes
+from kernelkit.measure import bound
 from kernelkit.measure.host import cpu_threads
 from kernelkit.pool import reuse_workers as reuse_workers  # the demo and tests ask the runner for it
 from kernelkit.results import Status
 
 DEFAULT_TIMEOUT = 60.0
 STARTUP_TIMEOUT = 300.0  # importing torch, triton and numba on a slow, busy machine
-LOG_TAIL_CHARS = 4000
+LOG_TAIL_CHARS = pool.LOG_TAIL_CHARS
 LEFT_TIMEOUT = 60.0  # for the worker's word on what a job left (a snapshot, maybe a garbage collection)
 DEATH_POLL_S = 0.25  # how often a busy worker's exit status is looked at
-LOG_READ_BYTES = 4 * LOG_TAIL_CHARS  # the most of a worker's log ever read: its tail, however much was printed
 MAX_MEMORY_ENV = "KERNELKIT_MAX_MEMORY"  # bytes a worker may hold (--max-memory); workers read it when they start
 
 OnPhase = Callable[[str], None]
@@ -67,6 +67,7 @@ class Worker:
     replaced = 0
     busy = False
     received_s = 0.0
+    received_at = 0.0
 
     def run(self, job: Job, timeout: float, limit: str = "") -> JobResult:
         """``job`` run in the worker; ``timeout`` seconds for the job once it is built (``on_built``). ``limit``
@@ -77,6 +78,7 @@ class Worker:
                 return job.failed(self.device, Status.CRASHED, f"the worker failed to start: {problem}")
         assert self.conn is not None and self.process is not None
         offset = self.log_path.stat().st_size if self.log_path.exists() else 0
+        sent = bound.perf_counter()
         channel.send_job(self.conn, job)
         self.busy = True  # until the job's answer is in: a stop meanwhile (Ctrl-C) kills the worker at once
         # Two clocks: loading the op and building its kernels, then the job itself (see Job.execute's on_built). A
@@ -91,8 +93,15 @@ class Worker:
             self._discard()
             reply = job.failed(self.device, Status.CRASHED, f"the worker sent {reply!r} instead of a result")
         result: JobResult = reply
+        # its reading began (a large result is still being sent then) and ended (decoding is this process's time)
+        received = (self.received_at, self.received_at + self.received_s)
         self.busy = False
-        changed, took = self._left() if self.process is not None else ([], {})
+        changed, took, stamps = self._left() if self.process is not None else ([], {}, None)
+        behind = bound.clock_behind(sent, received, stamps) if stamps is not None else ""
+        if behind and not result.status.failed:
+            self._discard()
+            self.replaced += 1
+            return job.failed(self.device, Status.CHEATED, behind)
         spent = getattr(result, "details", {}).get("strict_s")
         if isinstance(spent, dict):  # where a strict job's time went around the job, in the worker and here
             spent.update({f"loop_{k}": v for k, v in took.items()}, receive=self.received_s)
@@ -108,7 +117,7 @@ class Worker:
             self.replaced += 1
         return result
 
-    def _left(self) -> tuple[list[str], dict[str, float]]:
+    def _left(self) -> tuple[list[str], dict[str, float], tuple[float, float] | None]:
         """What the last job left changed in the worker, sent after its result (the result's memory is freed
         first: a strict check's reply holds its outputs as bytes), and its loop's seconds; a worker that does not
         say is not reused."""
@@ -120,8 +129,11 @@ class Worker:
                 message = None
             if isinstance(message, _Left):
                 seconds = message.seconds if isinstance(message.seconds, dict) else {}  # the worker's word: numbers
-                return message.changed, {str(k): float(v) for k, v in seconds.items() if type(v) in (int, float)}
-        return ["it did not say what the job left behind"], {}
+                stamps = message.stamps if isinstance(message.stamps, tuple) and len(message.stamps) == 2 and all(
+                    type(v) is float for v in message.stamps) else None
+                return (message.changed, {str(k): float(v) for k, v in seconds.items() if type(v) in (int, float)},
+                        stamps)
+        return ["it did not say what the job left behind"], {}, None
 
     def _await(self, job: Job, seconds: float, which: str) -> object:
         """The worker's next message; a TIMEOUT or CRASHED result when none comes (the worker is discarded).
@@ -136,9 +148,9 @@ class Worker:
             if not (ready and self.conn.poll()):
                 break
             try:
-                clock = time.perf_counter()
+                clock = self.received_at = bound.perf_counter()
                 message = _receive(self.conn)
-                self.received_s = time.perf_counter() - clock  # reading and decoding the last message
+                self.received_s = bound.perf_counter() - clock  # reading and decoding the last message
             except (EOFError, OSError):
                 break
             except wire.WireError as exc:  # not a kernelkit message: the worker is not to be trusted any more
@@ -185,7 +197,7 @@ class Worker:
         if not ready:
             self._phase("starting a worker (importing torch" + (", starting CUDA)" if self.device == "cuda" else ")"))
         if not ready and not (self._wait(STARTUP_TIMEOUT) and self._ready()):
-            problem = self._death_message() + _tail(log, 0)
+            problem = self._death_message() + pool.log_tail(log, 0)
             self._discard()
             return problem
         if log != str(self.log_path):
@@ -218,10 +230,11 @@ class Worker:
             except ValueError:
                 name = f"signal {-code}"
             return f"the worker died with {name} (a segfault or abort in native code?); see the log below"
-        return f"the worker exited with code {code}; see the log below"
+        return (f"the worker exited with code {code} in the middle of the job: the code it ran ended the process "
+                "itself (os._exit, or exit() in a thread or at interpreter level); see the log below")
 
     def _log_since(self, offset: int) -> str:
-        return _tail(str(self.log_path), offset)
+        return pool.log_tail(str(self.log_path), offset)
 
     def _discard(self) -> None:
         """Kill the worker and every process it started (its process group, what it adopted), and forget it."""
@@ -273,6 +286,7 @@ class _Left:
 
     changed: list[str]
     seconds: dict[str, float] = field(default_factory=dict)
+    stamps: tuple[float, float] = (0.0, 0.0)  # the worker's clock when it got the job and when it sent the result
 
 
 def spawn(device: str, env: Mapping[str, str], log_path: str) -> tuple[
@@ -290,18 +304,6 @@ def spawn(device: str, env: Mapping[str, str], log_path: str) -> tuple[
 def started_early(device: str, envs: Sequence[Mapping[str, str]] = ({},)) -> contextlib.AbstractContextManager[None]:
     """Workers for ``envs`` on ``device`` started now, for the block's runs to take (pool.started_early)."""
     return pool.started_early(spawn, device, envs)
-
-
-def _tail(log_path: str, offset: int) -> str:
-    """The tail of what a worker printed since ``offset``: at most LOG_READ_BYTES are read, however much."""
-    try:
-        with open(log_path, "rb") as f:
-            end = f.seek(0, os.SEEK_END)
-            f.seek(max(offset, end - LOG_READ_BYTES))
-            text = f.read(LOG_READ_BYTES).decode(errors="replace")
-    except OSError:
-        return ""
-    return text[-LOG_TAIL_CHARS:]
 
 
 def _worker_main(conn: multiprocessing.connection.Connection, device: str, log_path: str,
@@ -342,6 +344,7 @@ def _serve(conn: multiprocessing.connection.Connection, device: str, log_path: s
     else:
         torch.set_num_threads(cpu_threads())  # CPU timings: one thread unless --threads (measure/host.py says why)
     hygiene.limit_memory(device, os.environ.get(MAX_MEMORY_ENV, ""))
+    now = bound.clock_ns()  # the clock, taken before any job's code: its stamps are read against the judge's
     _send(conn, "ready")
     backends.warm_up(device)  # while the first job is not here yet
     while True:
@@ -354,30 +357,33 @@ def _serve(conn: multiprocessing.connection.Connection, device: str, log_path: s
         if isinstance(job, pool.Relog):  # adopted by another run: its log from now on
             hygiene.redirect_output(job.path)
             continue
-        clock = [time.perf_counter()]  # the loop's own seconds around the job, sent with _Left
+        clock = [now() / 1e9]  # the loop's own seconds around the job, sent with _Left (and its stamps)
         before = hygiene.snapshot(device, kept_bytes(device))
-        clock.append(time.perf_counter())
+        clock.append(now() / 1e9)
         try:
             result = job.execute(device, lambda: _send(conn, _BUILT))
         except Exception as exc:  # noqa: BLE001 - a job's own failure is its result, the worker lives on
             result = job.failed(device, Status.RUNTIME_ERROR, f"kernelkit's worker failed: {describe_exception(exc)}")
+        except SystemExit as exc:  # the job's code called exit(): its failure, never the worker's own exit
+            result = job.failed(device, Status.RUNTIME_ERROR, f"the code this job ran called exit({exc.code!r})")
         sys.stdout.flush()
         sys.stderr.flush()
-        clock.append(time.perf_counter())
+        clock.append(now() / 1e9)
         lost = poisoned(result, backends.cuda_context_lost if device == "cuda" else None)
-        clock.append(time.perf_counter())
+        clock.append(now() / 1e9)
         message = wire.encode_parts(result)  # outputs on the host are sent from their own memory
-        clock.append(time.perf_counter())
+        clock.append(now() / 1e9)
         channel.send_parts(conn, message)
-        clock.append(time.perf_counter())
+        clock.append(now() / 1e9)
         del result, message  # before the snapshot: a result may be large (a strict check's outputs)
         hygiene.restore_emptied(before)
         changed = hygiene.changes(before, hygiene.snapshot(device, kept_bytes(device)))
         if any("memory held" in change for change in changed):  # maybe only garbage in a reference cycle
             gc.collect()
             changed = hygiene.changes(before, hygiene.snapshot(device, kept_bytes(device)))
-        clock.append(time.perf_counter())
+        clock.append(now() / 1e9)
         names = ("before", "job", "poisoned", "encode", "send", "after")
-        _send(conn, _Left(changed, {name: b - a for name, a, b in zip(names, clock[:-1], clock[1:], strict=True)}))
+        _send(conn, _Left(changed, {name: b - a for name, a, b in zip(names, clock[:-1], clock[1:], strict=True)},
+                          stamps=(clock[0], clock[5])))  # got the job, sent its result: read against the judge's clock
         if lost or changed:
             return

@@ -41,7 +41,7 @@ for group in (check, bench, profile, export, demo, doctor):
 def main() -> None:
     """The entry point: no raw traceback for anything (see cli/guard.py)."""
     try:
-        app()
+        app(prog_name="kernelkit")
     except KeyboardInterrupt:
         err.print("interrupted")
         sys.exit(EXIT_INTERRUPTED)

@@ -28,6 +28,8 @@ from typing import Any
 
 import torch
 
+from kernelkit.measure import bound
+
 BUFFER_BYTES = 8 << 20  # per activity buffer CUPTI asks for; records are ~100-200 bytes each
 CALIBRATION_NS = 2_000_000  # the clock-rate baseline lasts at least this long: ~200 ns of read jitter is 1e-4
 NS_CLOCK_SLACK = 0.01  # a rate within 1% of one tick per ns is CUPTI's own nanosecond clock: taken as exactly 1
@@ -104,18 +106,18 @@ class CuptiTracer:
                 enabled.append(kind)
             for fn in fns:
                 before()
-                host = time.perf_counter_ns()
+                host = bound.perf_counter_ns()
                 start = int(c.get_timestamp())
                 fn()
                 torch.cuda.synchronize()
                 ranges.append((start, int(c.get_timestamp())))
-                walls.append(time.perf_counter_ns() - host)
+                walls.append(bound.perf_counter_ns() - host)
             c.activity_flush_all(1)  # forced: every buffer is delivered, even one partly filled
         finally:
             for kind in enabled:
                 c.activity_disable(kind)
             keep[0] = False
-        remaining = CALIBRATION_NS - (time.perf_counter_ns() - first[1])
+        remaining = CALIBRATION_NS - (bound.perf_counter_ns() - first[1])
         if remaining > 0:
             time.sleep(remaining / 1e9)
         last = clock_pair(c)
@@ -138,9 +140,9 @@ def clock_pair(cupti: Any, tries: int = 3) -> tuple[int, int]:
     """(CUPTI timestamp, perf_counter_ns at the same moment): the tightest of ``tries`` brackets of the reading."""
     best: tuple[int, int, int] | None = None
     for _ in range(tries):
-        before = time.perf_counter_ns()
+        before = bound.perf_counter_ns()
         stamp = int(cupti.get_timestamp())
-        after = time.perf_counter_ns()
+        after = bound.perf_counter_ns()
         if best is None or after - before < best[0]:
             best = (after - before, stamp, (before + after) // 2)
     assert best is not None

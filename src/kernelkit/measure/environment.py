@@ -4,14 +4,13 @@ cost, the clock reader, and the kernel-time probe. The timer (timer.py) opens on
 from __future__ import annotations
 
 import functools
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import torch
 
-from kernelkit.measure import modes, samplers
+from kernelkit.measure import bound, modes, samplers
 from kernelkit.measure.l2 import PersistingL2
 from kernelkit.measure.modes import Mode
 from kernelkit.measure.samplers import MeasureError
@@ -69,10 +68,10 @@ class Environment:
         if self._evict_seconds is None:
             samplers.evict(self.flush)
             self._sync()
-            start = time.perf_counter()
+            start = bound.perf_counter()
             samplers.evict(self.flush)
             self._sync()
-            self._evict_seconds = time.perf_counter() - start
+            self._evict_seconds = bound.perf_counter() - start
         return self._evict_seconds
 
     @property

@@ -21,12 +21,12 @@ The SM clock is read once per batch in kernel mode, after one call's launch (whi
 from __future__ import annotations
 
 import functools
-import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import torch
 
+from kernelkit.measure import bound
 from kernelkit.measure.cupti_trace import CuptiTracer, Trace
 from kernelkit.measure.samplers import MeasureError, Sample, evict
 
@@ -62,7 +62,7 @@ class KernelTimer:
         marks: list[float] = []
 
         def before() -> None:
-            marks.append(time.perf_counter())
+            marks.append(bound.perf_counter())
             if reset is not None:
                 reset()
             if flush is not None:
@@ -109,11 +109,11 @@ def kineto_trace(fns: Sequence[Callable[[], Any]], before: Callable[[], None]) -
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
         for fn in fns:
             before()
-            host = time.perf_counter_ns()
+            host = bound.perf_counter_ns()
             with record_function(CALL_RANGE):  # the range lasts until the call's device work is done
                 fn()
                 torch.cuda.synchronize()
-            walls.append(time.perf_counter_ns() - host)
+            walls.append(bound.perf_counter_ns() - host)
     events = list(prof.profiler.kineto_results.events())
     return Trace(call_ranges(events), device_spans(events), walls)
 

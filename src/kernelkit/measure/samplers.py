@@ -26,13 +26,13 @@ from __future__ import annotations
 import contextlib
 import gc
 import math
-import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
 
 from kernelkit.errors import KernelkitError
+from kernelkit.measure import bound
 
 FLUSH_FACTOR = 2  # the eviction buffer is this many times the cache size (capped on the CPU)
 # A CPU's last-level cache can be huge (a 480 MiB L3 on some servers): reading 2x that before every sample takes
@@ -90,7 +90,7 @@ def hot_calls(estimate: float) -> int:
 
 
 def past(deadline: float | None) -> bool:
-    return deadline is not None and time.perf_counter() >= deadline
+    return deadline is not None and bound.perf_counter() >= deadline
 
 
 @contextlib.contextmanager
@@ -121,12 +121,14 @@ class CpuSampler:
         self.calls_per_sample = max(1, int(calls_per_sample))
 
     def one(self) -> float:
-        start = time.perf_counter_ns()
+        now = bound.clock_ns()  # the clock itself, taken before the call (bound.py says why)
+        start = now()
         self.fn()
-        return (time.perf_counter_ns() - start) / 1e9
+        return (now() - start) / 1e9
 
     def batch(self, k: int, deadline: float | None = None) -> list[Sample]:
         fn, n, flush = self.fn, self.calls_per_sample, self.flush
+        now = bound.clock_ns()
         out: list[Sample] = []
         with paused_gc():
             for i in range(k):
@@ -134,10 +136,10 @@ class CpuSampler:
                     break
                 if flush is not None:
                     evict(flush)
-                start = time.perf_counter_ns()
+                start = now()
                 for _ in range(n):
                     fn()
-                out.append(((time.perf_counter_ns() - start) / 1e9 / n, None))
+                out.append(((now() - start) / 1e9 / n, None))
         return out
 
 
@@ -181,7 +183,8 @@ def event_samples(call: Callable[[], Any], k: int, deadline: float | None, clock
     """Up to ``k`` samples, each ``call`` between its own CUDA event pair on the current stream (``before`` runs
     outside the pair: a cache flush); ``call`` makes ``calls_per_sample`` calls. At least one sample is taken,
     then no more once ``deadline`` is past. The clock is read while the batch runs, before the synchronize."""
-    pairs = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(k)]
+    record, elapsed = bound.event_methods()
+    pairs = [(bound.Event(enable_timing=True), bound.Event(enable_timing=True)) for _ in range(k)]
     stream = torch.cuda.current_stream()
     taken = 0
     with paused_gc():
@@ -190,13 +193,13 @@ def event_samples(call: Callable[[], Any], k: int, deadline: float | None, clock
                 break
             if before is not None:
                 before()
-            start.record(stream)
+            record(start, stream)
             call()
-            end.record(stream)
+            record(end, stream)
             taken += 1
     mhz = clock.sm_clock_mhz() if clock is not None else None
     torch.cuda.synchronize()
-    return [(s.elapsed_time(e) / 1e3 / calls_per_sample, mhz) for s, e in pairs[:taken]]
+    return [(elapsed(s, e) / 1e3 / calls_per_sample, mhz) for s, e in pairs[:taken]]
 
 
 class HotSampler:
@@ -218,18 +221,19 @@ class HotSampler:
 
     def batch(self, k: int, deadline: float | None = None) -> list[Sample]:
         fn, n = self.fn, self.calls_per_sample
-        pairs = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(k)]
+        record, elapsed = bound.event_methods()
+        pairs = [(bound.Event(enable_timing=True), bound.Event(enable_timing=True)) for _ in range(k)]
         stream = torch.cuda.current_stream()  # looked up once: end.record() would look it up inside the window
         taken = 0
         with paused_gc():
             for start, end in pairs:
                 if taken and past(deadline):
                     break
-                start.record(stream)
+                record(start, stream)
                 for _ in range(n):
                     fn()
-                end.record(stream)
+                record(end, stream)
                 taken += 1
         mhz = self.clock.sm_clock_mhz() if self.clock is not None else None
         torch.cuda.synchronize()
-        return [(s.elapsed_time(e) / 1e3 / n, mhz) for s, e in pairs[:taken]]
+        return [(elapsed(s, e) / 1e3 / n, mhz) for s, e in pairs[:taken]]

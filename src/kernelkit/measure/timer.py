@@ -24,14 +24,13 @@ from __future__ import annotations
 
 import functools
 import math
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
-from kernelkit.measure import modes
+from kernelkit.measure import bound, modes
 from kernelkit.measure.contender import Contender
 from kernelkit.measure.environment import Environment
 from kernelkit.measure.measurement import Measurement
@@ -199,8 +198,8 @@ def _start(contender: Contender, settings: Settings, env: Environment) -> _State
         # wait for: its first call stands as the warm-up. A GPU always warms up: graph and hot mode size from it.
         estimate, calls = first, 0
     else:
-        began = time.perf_counter()
-        while len(warm) < WARMUP_MAX_CALLS and time.perf_counter() - began < limit:
+        began = bound.perf_counter()
+        while len(warm) < WARMUP_MAX_CALLS and bound.perf_counter() - began < limit:
             warm.append(plain.one())
             if len(warm) >= 3 and _agree(warm[-3:]):
                 break
@@ -213,11 +212,11 @@ def first_call(fn: Callable[[], Any], device: str) -> float:
     """Seconds of one call made alone, synchronized on both sides: a first call's compile, autotune and load."""
     if device == "cuda":
         torch.cuda.synchronize()
-    start = time.perf_counter()
+    start = bound.perf_counter()
     fn()
     if device == "cuda":
         torch.cuda.synchronize()
-    return time.perf_counter() - start
+    return bound.perf_counter() - start
 
 
 def _agree(values: Sequence[float]) -> bool:
@@ -236,9 +235,9 @@ def batch_size(cost: float, remaining: float = math.inf) -> int:
 
 def _take_batch(state: _State, env: Environment, settings: Settings) -> None:
     remaining = max(settings.budget - state.spent, 0.0)
-    began = time.perf_counter()
+    began = bound.perf_counter()
     taken = state.sampler.batch(batch_size(state.cost, remaining), began + remaining)
-    wall = time.perf_counter() - began
+    wall = bound.perf_counter() - began
     for seconds, mhz in taken:
         if mhz is not None and env.max_clock and not _clock_ok(mhz, env.max_clock):
             state.dropped += 1

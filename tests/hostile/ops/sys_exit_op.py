@@ -1,0 +1,5 @@
+"""An op file that calls sys.exit(5) at import."""
+
+import sys
+
+sys.exit(5)
